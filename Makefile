@@ -1,0 +1,45 @@
+# Mirrorline developer entry points. Every target installs what it needs first.
+PY      ?= python3
+VENV    ?= .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed-stamp
+PROTOS  := $(wildcard proto/mirrorline/v1/*.proto)
+
+.PHONY: install demo test test-unit lint bench proto proto-check clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install
+	$(BIN)/mirrorline dev demo
+
+test: install
+	$(BIN)/pytest -q
+
+test-unit: install
+	$(BIN)/pytest -q tests/unit
+
+lint: install
+	$(BIN)/ruff check services tests bench
+	$(BIN)/mypy
+
+bench: install
+	$(BIN)/python -m bench
+
+proto: install
+	mkdir -p services/mirrorline/v1 && touch services/mirrorline/v1/__init__.py
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m grpc_tools.protoc -Iproto \
+	  --python_out=services --grpc_python_out=services \
+	  --mypy_out=services --mypy_grpc_out=services $(PROTOS)
+
+proto-check: proto
+	git diff --exit-code -- services/mirrorline/v1 || \
+	  (echo "generated protobuf code is stale: run 'make proto' and commit" >&2; exit 1)
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""Mirror throughput benchmarks (`make bench`); never part of the test suite."""

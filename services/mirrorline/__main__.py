@@ -1,0 +1,3 @@
+from mirrorline.cli import main
+
+raise SystemExit(main())

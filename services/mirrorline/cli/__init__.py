@@ -1,0 +1,43 @@
+"""The `mirrorline` command line: one entry point, one module per command group."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+#: Modules that each expose `register(subparsers)`; every parser they add sets
+#: `handler=<callable(args) -> int>` through `set_defaults`.
+_COMMAND_MODULES = (
+    "mirrorline.cli.services",
+    "mirrorline.cli.dev",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mirrorline",
+        description="Mirror Kafka clusters into each other (MM2-compatible).",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in _COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:  # a command group not built yet
+            if exc.name != name:
+                raise
+            continue
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler = getattr(args, "handler", None)
+    if handler is None:
+        parser.print_help(sys.stderr)
+        return 2
+    result: int = handler(args)
+    return result

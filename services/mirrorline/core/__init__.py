@@ -1,0 +1,1 @@
+"""Pure logic: no I/O, no asyncio. Every module here is tested directly."""

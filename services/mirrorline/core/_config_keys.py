@@ -1,0 +1,204 @@
+"""Which keys of an MM2 properties file Mirrorline knows, and what their defaults are.
+
+Private helper of `mirrorline.core.config`. Kept apart so the registry -- the facts the
+README and the unknown-key warnings are built from -- reads as data, not buried in logic.
+
+Three levels exist in an MM2 file and a key means something different at each:
+
+* top level (`topics`, `security.protocol`, ...): defaults for every flow / every cluster;
+* cluster level (`<alias>.bootstrap.servers`, `<alias>.consumer.*`, ...): connection and
+  client settings of one cluster (plus Connect-worker settings of herders targeting it);
+* flow level (`<src>-><tgt>.<key>`): overrides of connector properties for one flow.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Final
+
+_MIRROR: Final = "org.apache.kafka.connect.mirror."
+
+#: MM2's own defaults, as strings exactly as its ConfigDefs declare them (spec §4.1, §5.1, §6,
+#: §7.5), for every connector / worker property that has an effect in Mirrorline.
+MM2_DEFAULTS: Final[Mapping[str, str]] = MappingProxyType({
+    "enabled": "false",  # dedicated mode's default for a generated flow (spec §7.2)
+    "topics": ".*",
+    "topics.exclude": r".*[\-\.]internal, .*\.replica, __.*",
+    "groups": ".*",
+    "groups.exclude": "console-consumer-.*, connect-.*, __.*",
+    "config.properties.exclude": (
+        r"follower\.replication\.throttled\.replicas, "
+        r"leader\.replication\.throttled\.replicas, "
+        r"message\.timestamp\.difference\.max\.ms, message\.timestamp\.type, "
+        r"unclean\.leader\.election\.enable, min\.insync\.replicas"
+    ),
+    "use.defaults.from": "target",
+    "topic.filter.class": _MIRROR + "DefaultTopicFilter",
+    "group.filter.class": _MIRROR + "DefaultGroupFilter",
+    "config.property.filter.class": _MIRROR + "DefaultConfigPropertyFilter",
+    "replication.policy.class": _MIRROR + "DefaultReplicationPolicy",
+    "replication.policy.separator": ".",
+    "replication.policy.internal.topic.separator.enabled": "true",
+    "replication.factor": "2",
+    "refresh.topics.enabled": "true",
+    "refresh.topics.interval.seconds": "600",
+    "refresh.groups.enabled": "true",
+    "refresh.groups.interval.seconds": "600",
+    "sync.topic.configs.enabled": "true",
+    "sync.topic.configs.interval.seconds": "600",
+    "sync.topic.acls.enabled": "true",
+    "sync.topic.acls.interval.seconds": "600",
+    "emit.offset-syncs.enabled": "true",
+    "offset-syncs.topic.location": "source",
+    "offset-syncs.topic.replication.factor": "3",
+    "offset.lag.max": "100",
+    "heartbeats.replication.enabled": "true",
+    "emit.heartbeats.enabled": "true",
+    "emit.heartbeats.interval.seconds": "1",
+    "heartbeats.topic.replication.factor": "3",
+    "emit.checkpoints.enabled": "true",
+    "emit.checkpoints.interval.seconds": "60",
+    "checkpoints.topic.replication.factor": "3",
+    "sync.group.offsets.enabled": "false",
+    "sync.group.offsets.interval.seconds": "60",
+    "consumer.poll.timeout.ms": "1000",
+    "admin.timeout.ms": "60000",
+    # Connect-worker properties MM2's behaviour depends on (spec §7.5 "Runtime").
+    "offset.storage.replication.factor": "3",
+    "offset.flush.interval.ms": "60000",
+})
+
+_BROKER_DEFAULT_RF = ("MM2's default fails on clusters with fewer brokers; -1 asks the "
+                      "broker for its default.replication.factor")
+
+#: Where Mirrorline's default differs from MM2's: key -> (MM2 default, Mirrorline default,
+#: why). Every other default is exactly MM2's. The README is generated/checked from this.
+MIRRORLINE_DEFAULT_OVERRIDES: Final[dict[str, tuple[str, str, str]]] = {
+    "replication.factor": ("2", "-1", "MM2's default fails on single-broker clusters; -1 "
+                           "asks the broker for its default.replication.factor"),
+    "offset-syncs.topic.replication.factor": ("3", "-1", _BROKER_DEFAULT_RF),
+    "checkpoints.topic.replication.factor": ("3", "-1", _BROKER_DEFAULT_RF),
+    "heartbeats.topic.replication.factor": ("3", "-1", _BROKER_DEFAULT_RF),
+    "offset.storage.replication.factor": ("3", "-1", _BROKER_DEFAULT_RF),
+    "refresh.topics.interval.seconds": ("600", "30", "new topics start replicating within "
+                                        "seconds instead of up to ten minutes later"),
+    "refresh.groups.interval.seconds": ("600", "30", "new consumer groups get checkpoints "
+                                        "within seconds instead of up to ten minutes later"),
+    "emit.checkpoints.interval.seconds": ("60", "5", "translated group offsets lag at most "
+                                          "a few seconds behind, so a failover replays less"),
+    "offset.flush.interval.ms": ("60000", "5000", "offset syncs and progress are flushed "
+                                 "often, so a restart or failover replays less"),
+}
+
+#: The defaults Mirrorline applies: MM2's, with the overrides above.
+DEFAULTS: Final[Mapping[str, str]] = MappingProxyType({
+    **MM2_DEFAULTS,
+    **{key: ours for key, (_mm2, ours, _why) in MIRRORLINE_DEFAULT_OVERRIDES.items()},
+})
+
+#: Mirrorline's own settings live under `mirrorline.`; none exist yet. Later features add
+#: their keys here, so an unknown `mirrorline.*` key (a typo) is still reported.
+MIRRORLINE_KEYS: Final[frozenset[str]] = frozenset()
+
+#: Connect-worker keys that Mirrorline honours; they resolve flow > target cluster > top level.
+WORKER_KEYS: Final = frozenset({"offset.storage.replication.factor", "offset.flush.interval.ms"})
+
+#: Flow-level (connector) keys with an effect: everything defaulted above except worker keys.
+FLOW_KEYS: Final = frozenset(MM2_DEFAULTS) - WORKER_KEYS
+
+CLIENT_PREFIXES: Final = ("consumer.", "producer.", "admin.")
+
+#: MM2 properties that merely look like client overrides (`consumer.poll.timeout.ms` is *not*
+#: the consumer's `poll.timeout.ms`); never copied into client configs from top or flow level.
+NOT_CLIENT_KEYS: Final = frozenset({"consumer.poll.timeout.ms", "admin.timeout.ms",
+                                    "admin.listeners"})
+
+#: Java class names accepted for the filter plug-ins (Mirrorline runs only the default filters).
+FILTER_CLASSES: Final[Mapping[str, frozenset[str]]] = MappingProxyType({
+    key: frozenset({MM2_DEFAULTS[key], MM2_DEFAULTS[key].removeprefix(_MIRROR)})
+    for key in ("topic.filter.class", "group.filter.class", "config.property.filter.class")
+})
+
+#: Keys MM2 / Kafka Connect know that do nothing in Mirrorline (exact names).
+_NO_EFFECT_KEYS: Final = frozenset({
+    "tasks.max", "tasks.max.enforce", "name", "connector.class", "source.cluster.alias",
+    "target.cluster.alias", "forwarding.admin.class", "metric.reporters",
+    "auto.include.jmx.reporter", "config.action.reload", "exactly.once.support",
+    "exactly.once.source.support", "transaction.boundary", "transaction.boundary.interval.ms",
+    "offsets.storage.topic", "group.id", "client.id", "offset.flush.timeout.ms",
+    "dedicated.mode.enable.internal.rest", "listeners", "admin.listeners", "config.providers",
+    "key.converter", "value.converter", "header.converter", "transforms", "predicates",
+    "plugin.path", "plugin.discovery", "connector.client.config.override.policy",
+    "scheduled.rebalance.max.delay.ms", "connect.protocol", "heartbeat.interval.ms",
+    "session.timeout.ms", "rebalance.timeout.ms", "topic.creation.enable",
+    "topic.creation.groups", "access.control.allow.origin", "access.control.allow.methods",
+    "response.http.headers.config", "topic.tracking.enable", "topic.tracking.allow.reset",
+})
+
+#: Families of keys MM2 / Kafka Connect know that do nothing in Mirrorline (prefixes).
+_NO_EFFECT_PREFIXES: Final = (
+    "key.converter.", "value.converter.", "header.converter.", "transforms.", "predicates.",
+    "errors.", "topic.creation.", "offset.storage.", "status.storage.", "config.storage.",
+    "config.providers.", "rest.", "listeners.", "admin.listeners.", "worker.", "task.",
+    "tasks.", "metrics.", "inter.worker.",
+)
+
+NO_EFFECT = "accepted for MM2 compatibility; no effect in Mirrorline"
+
+
+class Status(enum.Enum):
+    """What Mirrorline makes of a key at one level of the file."""
+
+    USED = "used"
+    NO_EFFECT = "no effect"
+    UNKNOWN = "unknown"
+
+
+def is_connection_key(key: str) -> bool:
+    """Keys every client of a cluster inherits (spec §7.3 "client-connection keys")."""
+    return key in ("bootstrap.servers", "security.protocol") or key.startswith(("ssl.", "sasl."))
+
+
+def is_client_key(key: str) -> bool:
+    """`consumer.*` / `producer.*` / `admin.*` overrides (top or flow level)."""
+    return key.startswith(CLIENT_PREFIXES) and key not in NOT_CLIENT_KEYS
+
+
+def is_secret(key: str) -> bool:
+    """Keys whose values must never be shown (Kafka's PASSWORD-typed configs and friends)."""
+    lowered = key.lower()
+    return ("password" in lowered or "secret" in lowered
+            or lowered.endswith(("sasl.jaas.config", "ssl.keystore.key")))
+
+
+def _is_no_effect(key: str) -> bool:
+    return key in _NO_EFFECT_KEYS or key.startswith(_NO_EFFECT_PREFIXES)
+
+
+def top_level_status(key: str) -> Status:
+    """Classify a key written without any cluster or flow prefix."""
+    if key in ("clusters", "use.defaults.from") or key in FLOW_KEYS or key in WORKER_KEYS:
+        return Status.USED
+    if is_connection_key(key) or is_client_key(key):
+        return Status.USED
+    if key.startswith("mirrorline."):
+        return Status.USED if key in MIRRORLINE_KEYS else Status.UNKNOWN
+    return Status.NO_EFFECT if _is_no_effect(key) else Status.UNKNOWN
+
+
+def flow_level_status(rest: str) -> Status:
+    """Classify the part after `<src>-><tgt>.`; connection keys do nothing there."""
+    if is_connection_key(rest) or rest == "clusters":
+        return Status.NO_EFFECT
+    return top_level_status(rest)
+
+
+def cluster_level_status(rest: str) -> Status:
+    """Classify the part after `<alias>.`: connection, client and worker keys only."""
+    if is_connection_key(rest) or rest.startswith(CLIENT_PREFIXES) or rest in WORKER_KEYS:
+        return Status.USED
+    if rest in FLOW_KEYS or rest == "clusters" or _is_no_effect(rest):
+        return Status.NO_EFFECT
+    return Status.UNKNOWN

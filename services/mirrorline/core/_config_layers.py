@@ -1,0 +1,149 @@
+"""Sorting the keys of an MM2 file into its three levels, and judging each key.
+
+Private helper of `mirrorline.core.config`. An MM2 file is flat: whether `backup.topics` is a
+top-level key or the key `topics` of cluster `backup` depends on `clusters`, and `a->b.x` is
+the key `x` of flow `a->b`. `Layers` holds the three views so the loader can resolve a setting
+by looking in the right places in the right order, and `unknown_key_warnings` names every key
+that would have no effect -- MM2 drops such keys silently, which hides typos for months.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from mirrorline.core import _config_keys as keys
+from mirrorline.core.errors import ConfigError
+from mirrorline.core.properties import Property
+from mirrorline.core.settings import ConfigWarning
+
+FlowKey = tuple[str, str]
+
+_UNKNOWN = "unknown key, ignored (MM2 would ignore it silently; check the spelling)"
+_UNKNOWN_MIRRORLINE = "unknown Mirrorline setting, ignored (check the spelling)"
+
+
+@dataclass
+class Layers:
+    """Every (last-wins) entry, filed under the level(s) it belongs to.
+
+    Each store maps the key *without* its level prefix to the original entry, so messages can
+    name the key exactly as written (`Property.key`) together with its line.
+    """
+
+    top: dict[str, Property] = field(default_factory=dict)
+    clusters: dict[str, dict[str, Property]] = field(default_factory=dict)
+    flows: dict[FlowKey, dict[str, Property]] = field(default_factory=dict)
+
+    def flow(self, source: str, target: str) -> dict[str, Property]:
+        return self.flows.get((source, target), {})
+
+    def cluster(self, alias: str) -> dict[str, Property]:
+        return self.clusters.get(alias, {})
+
+
+def split_levels(entries: Iterable[Property], aliases: tuple[str, ...],
+                 source: str | None) -> Layers:
+    """File each entry as a flow, cluster and/or top-level key.
+
+    A key starting with `<alias>.` belongs to that cluster; it is *also* read as a top-level
+    key when that reading is an MM2 connector property (alias `sync` and
+    `sync.topic.acls.enabled`), as MM2 does -- but never as a top-level client or connection
+    key, which would silently reach every cluster's clients.
+    """
+    layers = Layers(clusters={alias: {} for alias in aliases})
+    for entry in entries:
+        if "->" in entry.key:
+            source_alias, target_alias, rest = _split_flow_key(entry, aliases, source)
+            layers.flows.setdefault((source_alias, target_alias), {})[rest] = entry
+            continue
+        owners = [alias for alias in aliases if entry.key.startswith(alias + ".")]
+        for alias in owners:
+            layers.clusters[alias][entry.key[len(alias) + 1:]] = entry
+        if not owners or _also_top_level(entry.key):
+            layers.top[entry.key] = entry
+    return layers
+
+
+def _also_top_level(key: str) -> bool:
+    return (keys.top_level_status(key) is keys.Status.USED
+            and not keys.is_connection_key(key) and not keys.is_client_key(key))
+
+
+def _split_flow_key(entry: Property, aliases: tuple[str, ...],
+                    source: str | None) -> tuple[str, str, str]:
+    """`a->b.rest` -> (a, b, rest); both aliases must be listed in `clusters` and differ."""
+    source_alias, _, remainder = entry.key.partition("->")
+
+    def fail(message: str) -> ConfigError:
+        return ConfigError(entry.key, message, line=entry.line, source=source)
+
+    if source_alias not in aliases:
+        raise fail(f"flow source {source_alias!r} is not a cluster listed in clusters")
+    matches = [a for a in aliases if remainder.startswith(a + ".")]
+    if not matches:
+        target_alias = remainder.split(".", 1)[0]
+        if target_alias == remainder or target_alias in aliases:
+            raise fail("a flow key needs a setting after the flow, e.g. "
+                       f"{source_alias}->{remainder}.enabled")
+        raise fail(f"flow target {target_alias!r} is not a cluster listed in clusters")
+    target_alias = max(matches, key=len)
+    if target_alias == source_alias:
+        raise fail(f"a flow needs two different clusters, not {source_alias}->{target_alias}")
+    rest = remainder[len(target_alias) + 1:]
+    if not rest:
+        raise fail("a flow key needs a setting after the flow, e.g. "
+                   f"{source_alias}->{target_alias}.enabled")
+    return source_alias, target_alias, rest
+
+
+def unknown_key_warnings(entries: Iterable[Property], layers: Layers,
+                         aliases: tuple[str, ...]) -> list[ConfigWarning]:
+    """A warning for every key that has no effect in Mirrorline, in file order."""
+    warnings: list[ConfigWarning] = []
+    for entry in sorted(entries, key=lambda e: e.line):
+        message = _judge(entry, layers, aliases)
+        if message is not None:
+            warnings.append(ConfigWarning(entry.key, message, entry.line))
+    return warnings
+
+
+def _judge(entry: Property, layers: Layers, aliases: tuple[str, ...]) -> str | None:
+    key = entry.key
+    if "->" in key:
+        source_alias, target_alias, rest = _split_flow_key(entry, aliases, None)
+        if keys.is_connection_key(rest):
+            return (f"connection settings do not apply per flow (in MM2 neither); set "
+                    f"<alias>.{rest} for a cluster, or {source_alias}->{target_alias}"
+                    f".consumer.{rest} (or .producer., .admin.) for one client")
+        return _message(keys.flow_level_status(rest), rest)
+    owners = [alias for alias in aliases if key.startswith(alias + ".")]
+    statuses = [keys.cluster_level_status(key[len(a) + 1:]) for a in owners]
+    if key in layers.top:
+        statuses.append(keys.top_level_status(key))
+    if keys.Status.USED in statuses:
+        return None
+    if owners and any(key[len(a) + 1:] in keys.FLOW_KEYS for a in owners):
+        alias = owners[0]
+        rest = key[len(alias) + 1:]
+        return (f"{rest} is a replication setting, which has no effect per cluster (in MM2 "
+                f"neither); set it at top level or per flow, e.g. <source>->{alias}.{rest}")
+    if keys.Status.NO_EFFECT in statuses:
+        return keys.NO_EFFECT
+    if key.startswith("mirrorline."):
+        return _UNKNOWN_MIRRORLINE
+    first, _, rest = key.partition(".")
+    if not owners and (keys.is_connection_key(rest) or rest.startswith(keys.CLIENT_PREFIXES)):
+        return (f"looks like a setting of cluster {first!r}, which is not listed in clusters; "
+                "ignored")
+    return _UNKNOWN
+
+
+def _message(status: keys.Status, rest: str) -> str | None:
+    if status is keys.Status.USED:
+        return None
+    if status is keys.Status.NO_EFFECT:
+        return keys.NO_EFFECT
+    if rest.startswith("mirrorline."):
+        return _UNKNOWN_MIRRORLINE
+    return _UNKNOWN

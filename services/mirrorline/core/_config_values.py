@@ -1,0 +1,167 @@
+"""Typed reading of MM2 property values, with MM2's (ConfigDef's) strictness.
+
+Private helper of `mirrorline.core.config`. Every reader takes the already-trimmed string and
+either returns the typed value or raises `BadValue` with a message that does *not* contain the
+key or the line -- the loader adds those, because only it knows where the value came from
+(top level, `<alias>.` or `<src>-><tgt>.`) and whether the value may be shown at all.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Final
+
+from mirrorline.core import _config_keys as keys
+from mirrorline.core.policy import PolicyKind, policy_kind
+
+SECURITY_PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+
+# Java's Long.parseLong: optional sign, ASCII digits only (Python's int() also takes "1_000"
+# and non-ASCII digits, which MM2 would reject).
+_INTEGER: Final = re.compile(r"[+-]?[0-9]+")
+# Kafka topic names may contain only these; aliases and separators end up inside topic names.
+_TOPIC_CHARS: Final = re.compile(r"[A-Za-z0-9._-]+")
+# What Kafka's ConfigTransformer treats as a config-provider reference.
+_PROVIDER_REF: Final = re.compile(r"\$\{[^}]*?:(?:[^}]*?:)?[^}]*?\}")
+_JAVA_LONG_MAX: Final = 2**63 - 1
+_JAVA_SHORT_MAX: Final = 2**15 - 1
+
+
+class BadValue(ValueError):
+    """A value that does not fit its key; the message is safe to show (no secret inside)."""
+
+
+def shown(key: str, value: str) -> str:
+    """The value as it may appear in a message: quoted, or hidden for secret keys."""
+    return "[hidden]" if keys.is_secret(key) else repr(value)
+
+
+def has_provider_reference(value: str) -> bool:
+    return _PROVIDER_REF.search(value) is not None
+
+
+def parse_bool(value: str) -> bool:
+    """ConfigDef BOOLEAN: `true`/`false` in any case; anything else is an error."""
+    lowered = value.lower()
+    if lowered == "true":
+        return True
+    if lowered == "false":
+        return False
+    raise BadValue("must be true or false")
+
+
+def parse_non_negative(value: str, *, maximum: int = _JAVA_LONG_MAX) -> int:
+    if not _INTEGER.fullmatch(value):
+        raise BadValue("must be a whole number")
+    number = int(value)
+    if number < 0:
+        raise BadValue("must not be negative")
+    if number > maximum:
+        raise BadValue(f"must be at most {maximum}")
+    return number
+
+
+def parse_replication_factor(value: str) -> int:
+    """A replication factor: at least 1, or -1 for the broker's `default.replication.factor`."""
+    if not _INTEGER.fullmatch(value):
+        raise BadValue("must be a whole number (at least 1, or -1 for the broker default)")
+    number = int(value)
+    if number == -1:
+        return number
+    if number < 1:
+        raise BadValue("must be at least 1, or -1 for the broker default")
+    if number > _JAVA_SHORT_MAX:
+        raise BadValue(f"must be at most {_JAVA_SHORT_MAX}")
+    return number
+
+
+def _choice(*allowed: str) -> Callable[[str], str]:
+    def parse(value: str) -> str:
+        if value not in allowed:
+            raise BadValue("must be " + " or ".join(allowed))
+        return value
+    return parse
+
+
+parse_location = _choice("source", "target")
+parse_use_defaults_from = _choice("source", "target")
+
+
+def parse_security_protocol(value: str) -> str:
+    upper = value.upper()
+    if upper not in SECURITY_PROTOCOLS:
+        raise BadValue("must be one of " + ", ".join(SECURITY_PROTOCOLS))
+    return upper
+
+
+def parse_policy_class(value: str) -> PolicyKind:
+    kind = policy_kind(value)
+    if kind is None:
+        raise BadValue(
+            "unknown replication policy; Mirrorline implements "
+            "org.apache.kafka.connect.mirror.DefaultReplicationPolicy and "
+            "org.apache.kafka.connect.mirror.IdentityReplicationPolicy (also written "
+            "DefaultReplicationPolicy / IdentityReplicationPolicy / default / identity)")
+    return kind
+
+
+def parse_separator(value: str) -> str:
+    if not value:
+        raise BadValue("must not be empty")
+    if not _TOPIC_CHARS.fullmatch(value):
+        raise BadValue("may contain only the characters allowed in topic names "
+                       "(letters, digits, '.', '_', '-')")
+    return value
+
+
+def _filter_class(key: str) -> Callable[[str], str]:
+    accepted = keys.FILTER_CLASSES[key]
+
+    def parse(value: str) -> str:
+        if value not in accepted:
+            raise BadValue(f"custom filter classes cannot run in Mirrorline; remove the key "
+                           f"or set it to {keys.MM2_DEFAULTS[key]} and use the pattern "
+                           f"lists instead")
+        return value
+    return parse
+
+
+def alias_problem(alias: str) -> str | None:
+    """Why `alias` cannot be a cluster alias, or None. Aliases become parts of topic names."""
+    if not alias:
+        return "contains an empty cluster alias"
+    if not _TOPIC_CHARS.fullmatch(alias):
+        return (f"cluster alias {alias!r} contains characters that are not allowed in topic "
+                "names (only letters, digits, '.', '_', '-')")
+    return None
+
+
+#: Readers for keys with a fixed type (after any level prefix is stripped).
+EXACT: Final[dict[str, Callable[[str], object]]] = {
+    "offset-syncs.topic.location": parse_location,
+    "use.defaults.from": parse_use_defaults_from,
+    "replication.policy.class": parse_policy_class,
+    "replication.policy.separator": parse_separator,
+    "offset.lag.max": parse_non_negative,
+    "consumer.poll.timeout.ms": parse_non_negative,
+    "offset.flush.interval.ms": parse_non_negative,
+    "admin.timeout.ms": parse_non_negative,
+    **{key: parse_bool for key, default in keys.MM2_DEFAULTS.items()
+       if default in ("true", "false")},
+    **{key: _filter_class(key) for key in keys.FILTER_CLASSES},
+}
+
+
+def reader_for(key: str) -> Callable[[str], object] | None:
+    """The reader that validates `key`'s value, by exact name or by name family."""
+    reader = EXACT.get(key)
+    if reader is not None:
+        return reader
+    if key == "security.protocol" or key.endswith(".security.protocol"):
+        return parse_security_protocol
+    if key.endswith(".interval.seconds"):
+        return parse_non_negative
+    if key == "replication.factor" or key.endswith(".replication.factor"):
+        return parse_replication_factor
+    return None

@@ -1,0 +1,34 @@
+"""Errors shared by the pure core and the services."""
+
+from __future__ import annotations
+
+
+class ConfigError(ValueError):
+    """A configuration problem, always naming the offending key (and line when known).
+
+    The CLI prints ``str(error)`` and exits with status 2 before anything starts.
+    """
+
+    def __init__(self, key: str | None, message: str, *, line: int | None = None,
+                 source: str | None = None) -> None:
+        self.key = key
+        self.message = message
+        self.line = line
+        self.source = source
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        where = ""
+        if self.source is not None:
+            where = self.source
+            if self.line is not None:
+                where += f":{self.line}"
+            where += ": "
+        elif self.line is not None:
+            where = f"line {self.line}: "
+        key = f"{self.key}: " if self.key else ""
+        return f"{where}{key}{self.message}"
+
+
+class WireFormatError(ValueError):
+    """A record on an MM2 internal topic does not decode with the MM2 schema."""

@@ -1,0 +1,256 @@
+"""Java regular expressions (as MM2's filters use them) compiled with Python's `re`.
+
+Python's :mod:`re` agrees with Java on the common subset; the differences are handled by
+`_JavaRegexTranslator`, which either translates a construct to its Python equivalent or
+rejects it (`JavaRegexIncompatible`, turned into a `ConfigError` naming the key by the
+filters) -- never silently matches something else:
+
+* compiled with :data:`re.ASCII`, because Java's ``\\d``, ``\\w``, ``\\s``, ``\\b`` and
+  case-insensitive matching are ASCII-only by default;
+* translated: named groups ``(?<name>...)`` -> ``(?P<name>...)``, back-references
+  ``\\k<name>`` -> ``(?P=name)``, octal escapes ``\\0mnn`` -> ``\\xhh`` (Python reads at most
+  two digits after ``\\0``), and inline flags ``(?i)`` anywhere in the pattern, which Python
+  3.11 only allows at the very start.  Java applies such a flag to the rest of the enclosing
+  group -- including later ``|`` alternatives, i.e. later list items -- so it becomes a scoped
+  ``(?i:...)`` around each affected alternative;
+* rejected: ``\\p{..}``/``\\P{..}``, ``\\Q..\\E``, ``\\h``/``\\H``, ``\\v``/``\\V`` (Python's
+  ``\\v`` is a single character, Java's a class), ``\\R``, ``\\X``, ``\\z``, ``\\G``, ``\\e``,
+  ``\\cX``, ``\\x{..}``, ``\\b{g}``, nested classes ``[a[b]]`` and intersections ``[a&&b]``
+  (literal text to Python), a ``{`` that is not a ``{n}``/``{n,}``/``{n,m}`` quantifier
+  (an error in Java, a literal in Python), the inline flags ``d``, ``u``, ``U``, ``x`` (no
+  Python equivalent with identical semantics), and the Python-only forms ``(?P...)``,
+  ``(?#...)``, ``(?(...)...)`` and ``\\U`` (which Java MM2 would refuse to start with).
+
+Known residual difference: without ``(?s)`` Java's ``.`` also refuses ``\\r``, U+0085, U+2028
+and U+2029, Python's only ``\\n``; topic names cannot contain these characters.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from dataclasses import dataclass, field
+from typing import Final
+
+
+class JavaRegexIncompatible(Exception):
+    """A construct that is not valid, or not equivalent, in both regex dialects."""
+
+
+_REJECTED_ESCAPES: Final = {
+    "p": r"\p{...} (Unicode property class)",
+    "P": r"\P{...} (negated Unicode property class)",
+    "Q": r"\Q...\E (literal quoting; escape each special character instead)",
+    "E": r"\E (end of literal quoting)",
+    "h": r"\h (horizontal whitespace class)",
+    "H": r"\H (non-horizontal-whitespace class)",
+    "v": r"\v (Java: vertical whitespace class, Python: only U+000B)",
+    "V": r"\V (non-vertical-whitespace class)",
+    "R": r"\R (linebreak matcher)",
+    "X": r"\X (grapheme cluster)",
+    "z": r"\z (end of input)",
+    "G": r"\G (end of previous match)",
+    "e": r"\e (escape character; write \x1b)",
+    "c": r"\cX (control character; write \xhh)",
+    "U": r"\U (Python-only; Java MM2 rejects it)",
+}
+_ALLOWED_FLAGS: Final = frozenset("ims")
+_FLAG_HINT: Final = {
+    "d": "UNIX_LINES",
+    "u": "UNICODE_CASE",
+    "U": "UNICODE_CHARACTER_CLASS",
+    "x": "COMMENTS; Java and Python disagree on whitespace inside [...]",
+}
+_QUANTIFIER: Final = re.compile(r"\{\d+(?:,\d*)?\}")
+_FLAG_GROUP: Final = re.compile(r"\(\?([A-Za-z]*)(?:-([A-Za-z]*))?([:)])")
+_GROUP_NAME: Final = re.compile(r"([A-Za-z][A-Za-z0-9]*)>")
+_OCTAL: Final = "01234567"
+
+
+@dataclass
+class _Frame:
+    """One group level: scoped-flag wrappers currently open, and flags later alternatives get."""
+
+    open_wrappers: int = 0
+    sticky_flags: list[str] = field(default_factory=list)
+
+
+class _JavaRegexTranslator:
+    """Single pass over a Java pattern producing the equivalent Python pattern."""
+
+    def __init__(self, pattern: str) -> None:
+        self._p = pattern
+        self._i = 0
+        self._out: list[str] = []
+        self._frames = [_Frame()]
+
+    def translate(self) -> str:
+        p = self._p
+        while self._i < len(p):
+            ch = p[self._i]
+            if ch == "\\":
+                self._escape(in_class=False)
+            elif ch == "[":
+                self._char_class()
+            elif ch == "(":
+                self._open_group()
+            elif ch == ")":
+                self._close_group()
+            elif ch == "|":
+                self._alternative()
+            elif ch == "{":
+                m = _QUANTIFIER.match(p, self._i)
+                if m is None:
+                    raise JavaRegexIncompatible(
+                        f"'{{' at position {self._i} does not start a {{n}}, {{n,}} or {{n,m}} "
+                        "quantifier (Java rejects it; escape it as \\{ -- and note that a "
+                        "comma inside a pattern splits the list item)")
+                self._emit(m.group(), m.end())
+            else:
+                self._emit(ch, self._i + 1)
+        # The outermost level ends with the pattern: close its flag wrappers.  Unbalanced
+        # parentheses are left for `re` to report.
+        self._out.append(")" * self._frames[0].open_wrappers)
+        return "".join(self._out)
+
+    def _emit(self, text: str, next_index: int) -> None:
+        self._out.append(text)
+        self._i = next_index
+
+    def _escape(self, *, in_class: bool) -> None:
+        p, i = self._p, self._i
+        if i + 1 >= len(p):
+            self._emit("\\", i + 1)  # trailing backslash: `re` reports it
+            return
+        c = p[i + 1]
+        if c in _REJECTED_ESCAPES:
+            raise JavaRegexIncompatible(
+                f"it uses {_REJECTED_ESCAPES[c]}, which Java and Python's re "
+                "do not read the same way")
+        if c == "x" and p.startswith("{", i + 2):
+            raise JavaRegexIncompatible(r"it uses \x{...}; write \xhh or \uhhhh instead")
+        if c == "b" and p.startswith("{", i + 2):
+            raise JavaRegexIncompatible(r"it uses \b{g} (grapheme boundary)")
+        if c == "k" and not in_class:
+            m = _GROUP_NAME.match(p, i + 3) if p.startswith("<", i + 2) else None
+            if m is None:
+                raise JavaRegexIncompatible(r"malformed named back-reference \k<name>")
+            self._emit(f"(?P={m.group(1)})", m.end())
+            return
+        if c == "0":
+            self._octal()
+            return
+        if c == "N" and p.startswith("{", i + 2):  # \N{NAME}: same in both, keep it whole
+            end = p.find("}", i + 3)
+            if end != -1:
+                self._emit(p[i:end + 1], end + 1)
+                return
+        self._emit(p[i:i + 2], i + 2)
+
+    def _octal(self) -> None:
+        # Java: \0n, \0nn, or \0mnn with m <= 3.  Python stops after two digits, so emit \xhh.
+        p, j = self._p, self._i + 2
+        digits = ""
+        while j < len(p) and p[j] in _OCTAL and len(digits) < 3:
+            if len(digits) == 2 and digits[0] > "3":
+                break
+            digits += p[j]
+            j += 1
+        if not digits:
+            raise JavaRegexIncompatible(r"\0 must be followed by an octal digit in Java")
+        self._emit(f"\\x{int(digits, 8):02x}", j)
+
+    def _char_class(self) -> None:
+        p = self._p
+        self._emit("[", self._i + 1)
+        if p.startswith("^", self._i):
+            self._emit("^", self._i + 1)
+        if p.startswith("]", self._i):  # a leading ']' is literal in both dialects
+            self._emit("]", self._i + 1)
+        while self._i < len(p):
+            ch = p[self._i]
+            if ch == "\\":
+                self._escape(in_class=True)
+            elif ch == "[":
+                raise JavaRegexIncompatible("it nests a character class ('[' inside [...]); Java "
+                                    "reads that as a union, Python as a literal '['; "
+                                    "escape it as \\[")
+            elif ch == "&" and p.startswith("&&", self._i):
+                raise JavaRegexIncompatible("it uses '&&' inside [...]; Java reads that as a class "
+                                    "intersection, Python as literal characters")
+            elif ch == "]":
+                self._emit("]", self._i + 1)
+                return
+            else:
+                self._emit(ch, self._i + 1)
+        # Unterminated class: `re` reports it.
+
+    def _open_group(self) -> None:
+        p, i = self._p, self._i
+        if not p.startswith("(?", i):
+            self._frames.append(_Frame())
+            self._emit("(", i + 1)
+            return
+        rest = p[i + 2:i + 4]
+        if rest[:1] in (":", "=", "!", ">") or rest in ("<=", "<!"):
+            size = 3 if rest[:1] != "<" else 4
+            self._frames.append(_Frame())
+            self._emit(p[i:i + size], i + size)
+            return
+        if rest[:1] == "<":
+            m = _GROUP_NAME.match(p, i + 3)
+            if m is None:
+                raise JavaRegexIncompatible("malformed named group (?<name>...)")
+            self._frames.append(_Frame())
+            self._emit(f"(?P<{m.group(1)}>", m.end())
+            return
+        if rest[:1] in ("P", "#", "("):
+            raise JavaRegexIncompatible(
+                f"'(?{rest[:1]}' is Python-only syntax that Java MM2 rejects")
+        m = _FLAG_GROUP.match(p, i)
+        if m is None:
+            self._emit("(?", i + 2)  # unknown construct: `re` reports it
+            self._frames.append(_Frame())
+            return
+        on, off, end = m.group(1), m.group(2) or "", m.group(3)
+        for flag in on + off:
+            if flag in _FLAG_HINT:
+                raise JavaRegexIncompatible(f"inline flag '{flag}' ({_FLAG_HINT[flag]}) is not "
+                                    "supported")
+            if flag not in _ALLOWED_FLAGS:
+                raise JavaRegexIncompatible(f"unknown inline flag '{flag}'")
+        if not on and not off:
+            raise JavaRegexIncompatible("empty inline flag group")
+        scoped = f"(?{on}-{off}:" if off else f"(?{on}:"
+        if end == ":":
+            self._frames.append(_Frame())
+            self._emit(scoped, m.end())
+            return
+        # "(?i)" changes the flags for the rest of the enclosing group.
+        frame = self._frames[-1]
+        frame.open_wrappers += 1
+        frame.sticky_flags.append(scoped)
+        self._emit(scoped, m.end())
+
+    def _close_group(self) -> None:
+        if len(self._frames) == 1:
+            self._emit(")", self._i + 1)  # unbalanced: `re` reports it
+            return
+        frame = self._frames.pop()
+        self._emit(")" * frame.open_wrappers + ")", self._i + 1)
+
+    def _alternative(self) -> None:
+        frame = self._frames[-1]
+        text = ")" * frame.open_wrappers + "|" + "".join(frame.sticky_flags)
+        frame.open_wrappers = len(frame.sticky_flags)
+        self._emit(text, self._i + 1)
+
+
+def compile_java(pattern: str) -> re.Pattern[str]:
+    """Compile one Java pattern; raises `JavaRegexIncompatible` or `re.error`."""
+    translated = _JavaRegexTranslator(pattern).translate()
+    with warnings.catch_warnings():
+        # Python warns about '--', '||', '~~' inside sets (possible future set operations);
+        # Java reads them literally, as Python does today.
+        warnings.simplefilter("ignore", FutureWarning)
+        return re.compile(translated, re.ASCII)

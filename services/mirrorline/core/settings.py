@@ -1,0 +1,135 @@
+"""The resolved configuration every service works from.
+
+`mirrorline.core.config` turns an MM2 properties file into these objects; nothing
+else parses configuration. Client settings stay in Kafka's Java property names here
+(`max.partition.fetch.bytes`, `sasl.jaas.config`, ...) so that what operators wrote is
+what they see in errors; `mirrorline.kafka.clients` translates them for aiokafka.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+OffsetSyncsLocation = Literal["source", "target"]
+
+
+@dataclass(frozen=True)
+class PolicySettings:
+    """Which replication policy a flow uses and how it is configured."""
+
+    kind: Literal["default", "identity"] = "default"
+    #: The separator, or None when `replication.policy.separator` was not given
+    #: (MM2 only applies a separator -- and the internal-separator flag -- when the key is present).
+    separator: str | None = None
+    internal_topic_separator_enabled: bool = True
+
+
+@dataclass(frozen=True)
+class ClusterSettings:
+    alias: str
+    bootstrap_servers: str
+    #: Connection keys (`bootstrap.servers`, `security.protocol`, `ssl.*`, `sasl.*`) for this
+    #: cluster: top-level values overlaid by `<alias>.` values.
+    connection: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ClientSettings:
+    """Client configs (Java names) for one flow, resolved with the precedence of spec §7.3."""
+
+    source_consumer: Mapping[str, str]
+    source_producer: Mapping[str, str]
+    source_admin: Mapping[str, str]
+    target_consumer: Mapping[str, str]
+    target_producer: Mapping[str, str]
+    target_admin: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class FlowSettings:
+    """Everything one replication flow `source->target` needs, defaults applied."""
+
+    source: str
+    target: str
+    enabled: bool
+    topics: tuple[str, ...]
+    topics_exclude: tuple[str, ...]
+    groups: tuple[str, ...]
+    groups_exclude: tuple[str, ...]
+    config_properties_exclude: tuple[str, ...]
+    use_defaults_from: Literal["source", "target"]
+    policy: PolicySettings
+    replication_factor: int
+    refresh_topics_enabled: bool
+    refresh_topics_interval_s: float
+    refresh_groups_enabled: bool
+    refresh_groups_interval_s: float
+    sync_topic_configs_enabled: bool
+    sync_topic_configs_interval_s: float
+    sync_topic_acls_enabled: bool
+    sync_topic_acls_interval_s: float
+    emit_offset_syncs_enabled: bool
+    offset_syncs_topic_location: OffsetSyncsLocation
+    offset_syncs_topic_replication_factor: int
+    offset_lag_max: int
+    heartbeats_replication_enabled: bool
+    emit_heartbeats_enabled: bool
+    emit_heartbeats_interval_s: float
+    heartbeats_topic_replication_factor: int
+    emit_checkpoints_enabled: bool
+    emit_checkpoints_interval_s: float
+    checkpoints_topic_replication_factor: int
+    sync_group_offsets_enabled: bool
+    sync_group_offsets_interval_s: float
+    consumer_poll_timeout_ms: int
+    #: Replication factor of the progress topic `mm2-offsets.<source>.internal` on the target
+    #: (MM2's `offset.storage.replication.factor`).
+    offset_storage_replication_factor: int
+    #: How often delayed offset syncs are flushed even while records keep flowing
+    #: (MM2's `offset.flush.interval.ms`).
+    offset_flush_interval_ms: int
+    clients: ClientSettings
+    #: Every effective property of this flow (top-level overlaid by `source->target.`),
+    #: for components that want the raw view (e.g. error messages).
+    properties: Mapping[str, str] = field(default_factory=dict)
+    #: Upper bound for each admin-client call (MM2's `admin.timeout.ms`, default 60000).
+    admin_timeout_ms: int = 60000
+
+    @property
+    def name(self) -> str:
+        return f"{self.source}->{self.target}"
+
+
+@dataclass(frozen=True)
+class ConfigWarning:
+    """Something the operator should know that does not stop the start (e.g. an unknown key)."""
+
+    key: str
+    message: str
+    line: int | None = None
+
+    def __str__(self) -> str:
+        where = f"line {self.line}: " if self.line is not None else ""
+        return f"{where}{self.key}: {self.message}"
+
+
+@dataclass(frozen=True)
+class MirrorSettings:
+    """A whole deployment: clusters and flows (enabled or not), as the file describes it."""
+
+    source_path: str | None
+    clusters: Mapping[str, ClusterSettings]
+    #: Every ordered pair mentioned or implied by the file, keyed by "a->b".
+    flows: Mapping[str, FlowSettings]
+    warnings: tuple[ConfigWarning, ...] = ()
+    #: The raw properties exactly as read (after continuation/escape handling).
+    raw: Mapping[str, str] = field(default_factory=dict)
+
+    def enabled_flows(self, targets: tuple[str, ...] | None = None) -> list[FlowSettings]:
+        """Enabled flows, optionally only those whose target is in `targets` (like `--clusters`)."""
+        return [
+            f for f in self.flows.values()
+            if f.enabled and (not targets or f.target in targets)
+        ]

@@ -1,0 +1,100 @@
+"""Replication topology read from topic names alone -- the pure half of MM2's MirrorClient.
+
+MM2 needs no registry of who replicates to whom: heartbeats are renamed at every hop
+(``b.a.heartbeats`` on cluster c means a -> b -> c), so a cluster's topic list already encodes
+its upstream graph.  These functions take that list (from a metadata request made elsewhere)
+and answer the MirrorClient questions (spec §3.5).  Results are sets because the answers are
+unordered in MM2 too.
+
+Walks stop at an alias already seen: identity-style policies map a name to itself, and a
+walk relying on the name to shrink would never end.  Unlike Java we never report the empty
+alias -- ``.heartbeats`` parses (with Java split semantics) as coming from ``""``, which is
+no cluster anyone can address.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from mirrorline.core.policy import ReplicationPolicy
+
+__all__ = [
+    "checkpoint_topics",
+    "count_hops",
+    "heartbeat_topics",
+    "remote_topics",
+    "replication_hops",
+    "upstream_clusters",
+]
+
+
+def heartbeat_topics(policy: ReplicationPolicy, topics: Iterable[str]) -> set[str]:
+    """Heartbeats topics on the cluster, the local ``heartbeats`` included."""
+    return {t for t in topics if policy.is_heartbeats_topic(t)}
+
+
+def checkpoint_topics(policy: ReplicationPolicy, topics: Iterable[str]) -> set[str]:
+    """Checkpoints topics, one per upstream cluster that checkpoints into this one."""
+    return {t for t in topics if policy.is_checkpoints_topic(t)}
+
+
+def _sources(policy: ReplicationPolicy, topic: str) -> set[str]:
+    """Every alias on the chain of hops that led to `topic`."""
+    seen: set[str] = set()
+    current: str | None = topic
+    while current is not None:
+        source = policy.topic_source(current)
+        if source is None or source in seen:
+            break
+        seen.add(source)
+        current = policy.upstream_topic(current)
+    return seen
+
+
+def upstream_clusters(policy: ReplicationPolicy, topics: Iterable[str]) -> set[str]:
+    """Aliases of all clusters that (directly or transitively) replicate into this one."""
+    clusters: set[str] = set()
+    for topic in heartbeat_topics(policy, topics):
+        clusters |= _sources(policy, topic)
+    clusters.discard("")
+    return clusters
+
+
+def count_hops(policy: ReplicationPolicy, topic: str, alias: str) -> int:
+    """Hops from cluster `alias` to this cluster along `topic`'s name, or -1 if not on it."""
+    hops = 0
+    visited: set[str] = set()
+    current: str | None = topic
+    while current is not None:
+        hops += 1
+        source = policy.topic_source(current)
+        if source is None:
+            return -1
+        if source == alias:
+            return hops
+        if source in visited:
+            return -1  # an identity-style loop: the alias will never appear
+        visited.add(source)
+        current = policy.upstream_topic(current)
+    return -1
+
+
+def replication_hops(policy: ReplicationPolicy, topics: Iterable[str], alias: str) -> int:
+    """Fewest hops from cluster `alias` over all heartbeats topics, or -1 if unreachable."""
+    hops = [count_hops(policy, t, alias) for t in heartbeat_topics(policy, topics)]
+    reachable = [h for h in hops if h != -1]
+    return min(reachable, default=-1)
+
+
+def remote_topics(policy: ReplicationPolicy, topics: Iterable[str],
+                  source: str | None = None) -> set[str]:
+    """Non-internal topics copied from another cluster; only from `source` when given."""
+    result: set[str] = set()
+    for topic in topics:
+        if policy.is_internal_topic(topic):
+            continue
+        topic_source = policy.topic_source(topic)
+        if topic_source is None or (source is not None and topic_source != source):
+            continue
+        result.add(topic)
+    return result

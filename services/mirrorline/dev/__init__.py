@@ -1,0 +1,1 @@
+"""Developer tooling: local Kafka-compatible brokers (Tansu) for the CLI, the demo and tests."""

@@ -1,0 +1,1 @@
+"""Everything that talks to Kafka through aiokafka: client settings, admin, producers, consumers."""

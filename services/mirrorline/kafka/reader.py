@@ -1,0 +1,86 @@
+"""Read a topic from the beginning up to its end, without trusting ListOffsets.
+
+Internal topics (progress, offset syncs, checkpoints, the control log) are rebuilt into
+memory by reading them completely. "The end" is taken from the high watermark that
+each fetch response carries, which every Kafka-compatible broker gets right, rather
+than from a ListOffsets(latest) request, which some do not.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from mirrorline.kafka.metadata import partitions_by_topic
+from mirrorline.kafka.records import Record
+
+
+class TopicReader:
+    """Reads every partition of one topic from the beginning; can keep tailing it."""
+
+    def __init__(self, consumer_kwargs: Mapping[str, Any], topic: str) -> None:
+        kwargs = dict(consumer_kwargs)
+        kwargs.pop("group_id", None)
+        kwargs["enable_auto_commit"] = False
+        kwargs["auto_offset_reset"] = "earliest"
+        kwargs.setdefault("fetch_max_wait_ms", 100)
+        self.topic = topic
+        self._consumer = AIOKafkaConsumer(**kwargs)
+        self._tps: list[TopicPartition] = []
+
+    async def start(self, partitions: int | None = None) -> None:
+        await self._consumer.start()
+        if partitions is None:
+            known = await partitions_by_topic(self._consumer, [self.topic])
+            partitions = len(known.get(self.topic, []))
+        if partitions == 0:
+            raise LookupError(f"topic {self.topic!r} does not exist")
+        self._tps = [TopicPartition(self.topic, p) for p in range(partitions)]
+        self._consumer.assign(self._tps)
+        await self._consumer.seek_to_beginning(*self._tps)
+
+    async def stop(self) -> None:
+        await self._consumer.stop()
+
+    async def __aenter__(self) -> TopicReader:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def caught_up(self) -> bool:
+        for tp in self._tps:
+            high = self._consumer.highwater(tp)
+            if high is None or await self._consumer.position(tp) < high:
+                return False
+        return True
+
+    async def read_to_end(self, timeout: float = 60.0) -> list[Record]:
+        """Everything up to the end as of now (records arriving meanwhile may be included)."""
+        deadline = time.monotonic() + timeout
+        out: list[Record] = []
+        while True:
+            batches = await self._consumer.getmany(timeout_ms=200)
+            for records in batches.values():
+                out.extend(records)
+            if not batches and await self.caught_up():
+                return out
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"reading {self.topic!r} to its end took over {timeout:.0f}s")
+
+    async def poll(self, timeout_ms: int = 1000) -> list[Record]:
+        batches = await self._consumer.getmany(timeout_ms=timeout_ms)
+        return [r for records in batches.values() for r in records]
+
+
+async def read_topic(consumer_kwargs: Mapping[str, Any], topic: str, *,
+                     partitions: int | None = None, timeout: float = 60.0) -> list[Record]:
+    reader = TopicReader(consumer_kwargs, topic)
+    await reader.start(partitions)
+    try:
+        return await reader.read_to_end(timeout)
+    finally:
+        await reader.stop()

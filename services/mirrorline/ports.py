@@ -1,0 +1,24 @@
+"""Default ports of every Mirrorline service (one place for this fact; the README lists it).
+
+gRPC ports serve the service's API, the standard health service and reflection;
+metrics ports serve Prometheus text at /metrics. Replicator workers started by
+`mirrorline run --workers N` use consecutive ports from the replicator's base.
+"""
+
+from __future__ import annotations
+
+GRPC_PORTS = {
+    "controller": 7100,
+    "replicator": 7110,
+    "checkpointer": 7120,
+    "heartbeat": 7130,
+    "configsync": 7140,
+}
+
+METRICS_PORTS = {
+    "controller": 9700,
+    "replicator": 9710,
+    "checkpointer": 9720,
+    "heartbeat": 9730,
+    "configsync": 9740,
+}

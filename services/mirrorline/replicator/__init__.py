@@ -1,0 +1,1 @@
+"""The replicator service: copies records of its partitions from source to target clusters."""

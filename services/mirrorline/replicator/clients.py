@@ -1,0 +1,131 @@
+"""The Kafka clients one flow needs, built from its settings, opened and closed together.
+
+Which client talks to which cluster, with which settings, is decided here and nowhere
+else: the data consumer on the source; the data producer on the target, with large
+batches; a second producer on the target for bookkeeping (progress, and offset syncs
+when they live there), so its small requests never hold up data batches; a producer on
+the source for offset syncs when they live there; an admin client per cluster.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+from mirrorline.core.settings import FlowSettings
+from mirrorline.kafka.admin import ClusterAdmin
+from mirrorline.kafka.clients import (
+    ClientKwargs,
+    admin_kwargs,
+    consumer_kwargs,
+    producer_kwargs,
+)
+
+log = logging.getLogger(__name__)
+
+#: Default produce batch size (bytes) when `<target>.producer.batch.size` is not set:
+#: large batches are what makes a Python mirror fast; Kafka's 16 KiB default is not.
+DEFAULT_BATCH_BYTES = 1 << 20
+
+_warned: set[str] = set()
+
+
+@dataclass
+class FlowClients:
+    consumer: AIOKafkaConsumer
+    producer: AIOKafkaProducer
+    bookkeeping_producer: AIOKafkaProducer
+    #: The producer for offset syncs: on the source, or the bookkeeping producer.
+    sync_producer: AIOKafkaProducer
+    source_admin: ClusterAdmin
+    target_admin: ClusterAdmin
+    #: For reading internal topics on the target (the progress topic).
+    target_consumer_kwargs: dict[str, Any]
+
+    @classmethod
+    async def open(cls, flow: FlowSettings, worker_id: str) -> FlowClients:
+        """Create and start every client; on failure, close what was started and raise."""
+        name = f"{flow.source}->{flow.target}|replicator-{worker_id}"
+        started: list[Any] = []
+        try:
+            source_admin = ClusterAdmin(flow.source, _kwargs(
+                admin_kwargs, flow.clients.source_admin, f"{name}|source-admin"))
+            await source_admin.start()
+            started.append(source_admin)
+            target_admin = ClusterAdmin(flow.target, _kwargs(
+                admin_kwargs, flow.clients.target_admin, f"{name}|target-admin"))
+            await target_admin.start()
+            started.append(target_admin)
+            ckw = _kwargs(consumer_kwargs, flow.clients.source_consumer, f"{name}|consumer")
+            # Partitions are assigned explicitly and positioned by Mirrorline; an offset
+            # out of range is handled by the flow, never by a silent client-side reset.
+            ckw.update(enable_auto_commit=False, auto_offset_reset="none", group_id=None)
+            consumer = AIOKafkaConsumer(**ckw)
+            await consumer.start()
+            started.append(consumer)
+            pkw = _kwargs(producer_kwargs, flow.clients.target_producer, f"{name}|producer")
+            pkw.update(batch_sizes(flow.clients.target_producer, pkw))
+            producer = AIOKafkaProducer(**pkw)
+            await producer.start()
+            started.append(producer)
+            bookkeeping = AIOKafkaProducer(**_kwargs(
+                producer_kwargs, flow.clients.target_producer, f"{name}|bookkeeping"))
+            await bookkeeping.start()
+            started.append(bookkeeping)
+            sync_producer = bookkeeping
+            if flow.emit_offset_syncs_enabled and flow.offset_syncs_topic_location == "source":
+                sync_producer = AIOKafkaProducer(**_kwargs(
+                    producer_kwargs, flow.clients.source_producer, f"{name}|offset-syncs"))
+                await sync_producer.start()
+                started.append(sync_producer)
+        except BaseException:
+            await _close_all(started)
+            raise
+        return cls(consumer=consumer, producer=producer, bookkeeping_producer=bookkeeping,
+                   sync_producer=sync_producer, source_admin=source_admin,
+                   target_admin=target_admin,
+                   target_consumer_kwargs=_kwargs(consumer_kwargs, flow.clients.target_consumer,
+                                                  f"{name}|progress-reader"))
+
+    async def close(self) -> None:
+        await _close_all([self.consumer, self.producer, self.bookkeeping_producer,
+                          self.sync_producer, self.source_admin, self.target_admin])
+
+
+async def _close_all(clients: list[Any]) -> None:
+    seen: set[int] = set()
+    for client in clients:
+        if id(client) in seen:
+            continue
+        seen.add(id(client))
+        closer = getattr(client, "stop", None) or client.close
+        with contextlib.suppress(Exception):  # closing must not hide the original cause
+            await closer()
+
+
+def batch_sizes(java: Mapping[str, str], kwargs: Mapping[str, Any]) -> dict[str, int]:
+    """Produce batch and request sizes: large by default, never above what the operator set."""
+    batch = int(kwargs.get("max_batch_size", DEFAULT_BATCH_BYTES)) if "batch.size" in java \
+        else DEFAULT_BATCH_BYTES
+    if "max.request.size" in java:
+        request = int(kwargs["max_request_size"])
+        return {"max_batch_size": min(batch, request), "max_request_size": request}
+    return {"max_batch_size": batch, "max_request_size": max(1048576, batch + 65536)}
+
+
+def _kwargs(translate: Callable[[Mapping[str, str]], ClientKwargs], cfg: Mapping[str, str],
+            client_id: str) -> dict[str, Any]:
+    kwargs, ignored = translate(cfg)
+    fresh = sorted(set(ignored) - _warned)
+    if fresh:
+        _warned.update(fresh)
+        log.warning("client settings with no effect (no aiokafka equivalent): %s",
+                    ", ".join(fresh))
+    kwargs = dict(kwargs)
+    kwargs.setdefault("client_id", client_id)
+    return kwargs

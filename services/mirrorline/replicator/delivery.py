@@ -1,0 +1,133 @@
+"""Drives every pump of a flow in rounds: fetch, build all ready batches, settle acks.
+
+Throughput in Python comes from doing work in the same shape as the network wants it:
+each round takes whatever the consumer has prefetched, builds the next batch of every
+partition that has none in flight and hands them all to the producer before yielding,
+so they leave in one produce request; then it waits for acknowledgements (or a retry
+deadline, or new records when nothing is in flight) and settles them. A partition whose
+batch failed waits out its backoff without holding up the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from aiokafka import AIOKafkaProducer, TopicPartition
+
+from mirrorline.replicator.pump import Delivered, PartitionPump
+
+log = logging.getLogger(__name__)
+
+#: Fetch records into the pumps; `timeout_ms` is how long it may wait for new ones.
+Fetch = Callable[[int], Awaitable[None]]
+#: Called for every acknowledged batch (progress, offset syncs, metrics).
+OnAck = Callable[[PartitionPump, Delivered], None]
+
+
+class DeliveryLoop:
+    def __init__(self, producer: AIOKafkaProducer, pumps: Mapping[TopicPartition, PartitionPump],
+                 *, fetch: Fetch, on_ack: OnAck, poll_timeout_ms: int = 1000) -> None:
+        self._producer = producer
+        self._pumps = pumps
+        self._fetch = fetch
+        self._on_ack = on_ack
+        self._poll_timeout_ms = poll_timeout_ms
+        self._in_flight: dict[asyncio.Future[Any], PartitionPump] = {}
+        self._stopping = False
+        self._settled = asyncio.Event()
+        self.wake = asyncio.Event()
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._in_flight)
+
+    async def run(self) -> None:
+        while not self._stopping:
+            # Launch first: turning freshly fetched bytes into records is the most expensive
+            # step, so let batches travel while it happens rather than after it.
+            await self._launch(time.monotonic())
+            busy = bool(self._in_flight) or any(p.ready(time.monotonic())
+                                                for p in self._pumps.values())
+            await self._fetch(0 if busy else self._poll_timeout_ms)
+            await self._launch(time.monotonic())
+            for pump in self._pumps.values():
+                if pump.can_prepare():
+                    pump.prepare(self._producer)
+            await self._settle_some()
+
+    async def _launch(self, now: float) -> None:
+        for pump in list(self._pumps.values()):
+            if not pump.ready(now):
+                continue
+            batch = pump.build(self._producer)
+            try:
+                future = await self._producer.send_batch(batch, pump.target_topic,
+                                                         partition=pump.partition)
+            except Exception as exc:
+                failed: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+                failed.set_exception(exc)
+                future = failed
+            self._in_flight[future] = pump
+
+    async def _settle_some(self) -> None:
+        """Wait for an acknowledgement, a retry deadline or a wake-up; settle what is done."""
+        if not self._in_flight:
+            deadline = self._next_retry()
+            if deadline is not None:
+                self.wake.clear()
+                timeout = max(0.0, deadline - time.monotonic())
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.wake.wait(), timeout)
+            return
+        done, _ = await asyncio.wait(self._in_flight, return_when=asyncio.FIRST_COMPLETED,
+                                     timeout=self._retry_timeout())
+        self._settle(done)
+
+    async def wait_settled(self, pump: PartitionPump, timeout: float) -> bool:
+        """Wait until `pump` has no batch in flight; False if `timeout` passed first."""
+        deadline = time.monotonic() + timeout
+        while pump.in_flight:
+            self._settled.clear()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._settled.wait(), remaining)
+        return True
+
+    def _settle(self, done: set[asyncio.Future[Any]]) -> None:
+        self._settled.set()
+        now = time.monotonic()
+        for future in done:
+            pump = self._in_flight.pop(future)
+            exc = future.exception() if not future.cancelled() else asyncio.CancelledError()
+            if exc is not None:
+                pump.failed(exc, now)
+            else:
+                self._on_ack(pump, pump.acknowledged(future.result().offset))
+
+    def _next_retry(self) -> float | None:
+        waiting = [p.retry_at for p in self._pumps.values()
+                   if not p.in_flight and p.retry_at > time.monotonic() and not p.idle]
+        return min(waiting) if waiting else None
+
+    def _retry_timeout(self) -> float | None:
+        deadline = self._next_retry()
+        return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+    async def drain(self, timeout: float) -> None:
+        """Stop launching; wait (bounded) for the batches in flight and settle them."""
+        self._stopping = True
+        self.wake.set()
+        if not self._in_flight:
+            return
+        done, pending = await asyncio.wait(self._in_flight, timeout=timeout)
+        self._settle(done)
+        if pending:
+            log.warning("%d batches still unacknowledged after %.0fs; they may be copied "
+                        "again on restart", len(pending), timeout)

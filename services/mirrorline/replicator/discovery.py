@@ -1,0 +1,115 @@
+"""Which source topics a flow replicates, and making sure their remote topics exist.
+
+Runs at start and every `refresh.topics.interval.seconds`. New remote topics get the
+source's partition count and its non-excluded, non-default configs (MM2's creation
+rule). A remote topic with fewer partitions than its source is grown; a target that
+cannot grow topics is reported per topic, and the partitions it lacks are listed as
+not replicated instead of failing the flow.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from mirrorline.core.filters import (
+    ConfigPropertyFilter,
+    TopicFilter,
+    configs_for_new_topic,
+    should_replicate_topic,
+)
+from mirrorline.core.policy import ReplicationPolicy
+from mirrorline.core.settings import FlowSettings
+from mirrorline.kafka.admin import ClusterAdmin, TopicSpec, UnsupportedByBroker
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RemoteTopic:
+    name: str
+    #: Partitions that can be replicated now: min(source, target) partition counts.
+    partitions: int
+
+
+@dataclass
+class DiscoveryResult:
+    topics: dict[str, RemoteTopic] = field(default_factory=dict)
+    #: Source topic -> why it is not (fully) replicated.
+    problems: dict[str, str] = field(default_factory=dict)
+
+
+class TopicDiscovery:
+    def __init__(self, flow: FlowSettings, policy: ReplicationPolicy, *,
+                 source: ClusterAdmin, target: ClusterAdmin) -> None:
+        self.flow = flow
+        self.policy = policy
+        self._source = source
+        self._target = target
+        self._topic_filter = TopicFilter(flow.topics, flow.topics_exclude)
+        self._config_filter = ConfigPropertyFilter(flow.config_properties_exclude,
+                                                   flow.use_defaults_from)
+
+    def selects(self, topic: str) -> bool:
+        return should_replicate_topic(
+            topic, policy=self.policy, topic_filter=self._topic_filter,
+            target_alias=self.flow.target,
+            heartbeats_replication_enabled=self.flow.heartbeats_replication_enabled)
+
+    async def refresh(self) -> DiscoveryResult:
+        result = DiscoveryResult()
+        source_topics = await self._source.topic_partitions()
+        selected = {t: n for t, n in source_topics.items() if self.selects(t)}
+        remote = {t: self.policy.format_remote_topic(self.flow.source, t) for t in selected}
+        existing = await self._target.topic_partitions(remote.values())
+        missing = [t for t in selected if remote[t] not in existing]
+        if missing:
+            await self._create(missing, selected, remote, result)
+            existing.update(await self._target.topic_partitions(
+                [remote[t] for t in missing if t not in result.problems]))
+        for topic, count in selected.items():
+            name = remote[topic]
+            if name not in existing:
+                result.problems.setdefault(topic, f"remote topic {name!r} does not exist yet")
+                continue
+            have = existing[name]
+            if have < count:
+                have = await self._grow(topic, name, have, count, result)
+            result.topics[topic] = RemoteTopic(name, min(have, count))
+        return result
+
+    async def _create(self, missing: list[str], counts: dict[str, int],
+                      remote: dict[str, str], result: DiscoveryResult) -> None:
+        try:
+            configs = await self._source.topic_configs(missing)
+        except Exception as exc:
+            log.warning("%s: cannot read source topic configs (%r); creating remote topics "
+                        "with target defaults", self.flow.name, exc)
+            configs = {}
+        specs = [
+            TopicSpec(remote[t], counts[t], self.flow.replication_factor,
+                      configs_for_new_topic(configs.get(t, []), self._config_filter))
+            for t in missing
+        ]
+        errors = await self._target.create_topics(specs)
+        for topic in missing:
+            error = errors.get(remote[topic])
+            if error:
+                result.problems[topic] = (f"cannot create remote topic {remote[topic]!r} on "
+                                          f"{self.flow.target!r}: {error}")
+                log.error("%s: %s", self.flow.name, result.problems[topic])
+            else:
+                log.info("%s: created remote topic %s (%d partitions)", self.flow.name,
+                         remote[topic], counts[topic])
+
+    async def _grow(self, topic: str, name: str, have: int, want: int,
+                    result: DiscoveryResult) -> int:
+        try:
+            await self._target.create_partitions(name, want)
+        except (UnsupportedByBroker, RuntimeError) as exc:
+            result.problems[topic] = (
+                f"source topic has {want} partitions but remote topic {name!r} has {have}: "
+                f"{exc}; partitions {have}..{want - 1} are not replicated")
+            return have
+        log.info("%s: grew %s from %d to %d partitions", self.flow.name, name, have, want)
+        return want

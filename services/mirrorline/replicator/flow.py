@@ -1,0 +1,435 @@
+"""Replication of one flow `source->target`: the partitions it owns, copied in order.
+
+One consumer (explicitly assigned partitions, never a consumer group) feeds one
+`PartitionPump` per partition; one producer carries data, progress and -- when the
+offset-syncs topic lives on the target -- offset syncs. After each acknowledged batch
+the flow records progress, plans offset syncs (MM2's rule) and updates metrics.
+
+In standalone mode the flow discovers its topics itself every
+`refresh.topics.interval.seconds`; under a controller it is told which partitions to own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import functools
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.errors import KafkaError, OffsetOutOfRangeError
+from opentelemetry.trace import Tracer
+
+from mirrorline.core.backoff import Backoff
+from mirrorline.core.offset_syncs import OffsetSyncPlanner
+from mirrorline.core.policy import make_policy
+from mirrorline.core.settings import FlowSettings
+from mirrorline.kafka.admin import ClusterAdmin, TopicSpec
+from mirrorline.replicator.clients import FlowClients
+from mirrorline.replicator.delivery import DeliveryLoop
+from mirrorline.replicator.discovery import DiscoveryResult, RemoteTopic, TopicDiscovery
+from mirrorline.replicator.metrics import PartitionMetrics, ReplicationMetrics
+from mirrorline.replicator.progress import ProgressStore
+from mirrorline.replicator.pump import Delivered, PartitionPump, PumpState
+from mirrorline.replicator.sync_sender import OffsetSyncSender
+
+log = logging.getLogger(__name__)
+
+#: Fetch for a partition pauses while this many fetched chunks wait in its pump.
+MAX_BACKLOG_CHUNKS = 4
+
+
+class FlowState(enum.Enum):
+    STARTING = "starting"
+    RUNNING = "running"
+    PAUSED = "paused"
+    ERROR = "error"
+    STOPPED = "stopped"
+
+
+@dataclass(frozen=True)
+class PartitionView:
+    """What GetStatus reports for one partition."""
+
+    flow: str
+    source_topic: str
+    target_topic: str
+    partition: int
+    source_end_offset: int | None
+    next_offset: int
+    state: str
+    error: str | None
+    records_replicated: int
+    last_latency_ms: float | None
+
+    @property
+    def lag(self) -> int | None:
+        if self.source_end_offset is None:
+            return None
+        return max(0, self.source_end_offset - self.next_offset)
+
+
+class FlowReplicator:
+    def __init__(self, flow: FlowSettings, *, worker_id: str, metrics: ReplicationMetrics,
+                 tracer: Tracer, discover: bool = True) -> None:
+        self.flow = flow
+        self.policy = make_policy(flow.policy, flow.source)
+        self.worker_id = worker_id
+        self.state = FlowState.STARTING
+        self.error: str | None = None
+        self.problems: dict[str, str] = {}
+        self._metrics = metrics
+        self._tracer = tracer
+        self._discover = discover
+        self._backoff = Backoff(maximum=10.0)
+        self._pumps: dict[TopicPartition, PartitionPump] = {}
+        self._pump_metrics: dict[TopicPartition, PartitionMetrics] = {}
+        self._throttled: set[TopicPartition] = set()
+        self._saved: dict[tuple[str, int], int] = {}
+        self._assignment_changed = asyncio.Event()
+        self._fetch_attempt = 0
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = False
+        self._lock = asyncio.Lock()
+        # Clients, created in start().
+        self._consumer: AIOKafkaConsumer | None = None
+        self._producer: AIOKafkaProducer | None = None
+        self._clients: FlowClients | None = None
+        self.source_admin: ClusterAdmin | None = None
+        self.target_admin: ClusterAdmin | None = None
+        self._progress: ProgressStore | None = None
+        self._planner: OffsetSyncPlanner | None = None
+        self._sync_sender: OffsetSyncSender | None = None
+        self._discovery: TopicDiscovery | None = None
+        self._delivery: DeliveryLoop | None = None
+
+    @property
+    def name(self) -> str:
+        return self.flow.name
+
+    # -- lifecycle --------------------------------------------------------------------
+    async def start(self) -> None:
+        """Connect (retrying with backoff while a cluster is unreachable), then run."""
+        attempt = 0
+        while not self._stopping:
+            try:
+                await self._connect()
+                break
+            except Exception as exc:
+                await self._close_clients()
+                delay = self._backoff.delay(attempt)
+                attempt += 1
+                self.error = f"cannot start flow {self.name}: {exc}"
+                log.warning("%s (retrying in %.1fs)", self.error, delay)
+                await asyncio.sleep(delay)
+        if self._stopping:
+            return
+        self.state, self.error = FlowState.RUNNING, None
+        assert self._progress is not None
+        self._progress.start()
+        assert self._producer is not None
+        self._delivery = DeliveryLoop(self._producer, self._pumps, fetch=self._fetch,
+                                      on_ack=self._on_ack,
+                                      poll_timeout_ms=self.flow.consumer_poll_timeout_ms)
+        self._tasks.append(asyncio.create_task(self._delivery.run(), name=f"{self.name} copy"))
+        self._tasks.append(asyncio.create_task(self._watch_loop(), name=f"{self.name} watch"))
+        if self._sync_sender is not None:
+            self._sync_sender.start()
+        if self._discover:
+            self._tasks.append(asyncio.create_task(self._discovery_loop(),
+                                                   name=f"{self.name} discovery"))
+        log.info("%s: replicating (worker %s)", self.name, self.worker_id)
+
+    async def _connect(self) -> None:
+        flow = self.flow
+        clients = self._clients = await FlowClients.open(flow, self.worker_id)
+        self._consumer, self._producer = clients.consumer, clients.producer
+        self.source_admin, self.target_admin = clients.source_admin, clients.target_admin
+        self._progress = ProgressStore(source_alias=flow.source,
+                                       producer=clients.bookkeeping_producer,
+                                       consumer_kwargs=clients.target_consumer_kwargs,
+                                       replication_factor=flow.offset_storage_replication_factor)
+        await self._progress.ensure_topic(clients.target_admin)
+        self._saved = await self._progress.load()
+        if flow.emit_offset_syncs_enabled:
+            at_source = flow.offset_syncs_topic_location == "source"
+            topic = self.policy.offset_syncs_topic(flow.target if at_source else flow.source)
+            admin = clients.source_admin if at_source else clients.target_admin
+            await admin.ensure_topic(TopicSpec(topic, 1,
+                                               flow.offset_syncs_topic_replication_factor,
+                                               {"cleanup.policy": "compact"}))
+            self._planner = OffsetSyncPlanner(flow.offset_lag_max)
+            self._sync_sender = OffsetSyncSender(self._planner, clients.sync_producer, topic)
+        self._discovery = TopicDiscovery(flow, self.policy, source=clients.source_admin,
+                                         target=clients.target_admin)
+
+    async def stop(self) -> None:
+        """Finish batches in flight, persist progress and offset syncs, close clients."""
+        self._stopping = True
+        self._assignment_changed.set()
+        for pump in self._pumps.values():
+            pump.stop()
+        if self._delivery is not None:
+            await self._delivery.drain(timeout=10.0)
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._progress is not None:
+            await self._progress.stop()
+        if self._sync_sender is not None:
+            await self._sync_sender.flush()
+            await self._sync_sender.stop()
+        await self._close_clients()
+        self.state = FlowState.STOPPED
+
+    async def _close_clients(self) -> None:
+        if self._clients is not None:
+            await self._clients.close()
+        self._clients = None
+        self._consumer = self._producer = None
+        self.source_admin = self.target_admin = None
+
+    # -- which partitions ---------------------------------------------------------------
+    async def _discovery_loop(self) -> None:
+        assert self._discovery is not None
+        attempt = 0
+        while not self._stopping:
+            try:
+                result = await self._discovery.refresh()
+                attempt = 0
+            except Exception as exc:
+                delay = self._backoff.delay(attempt)
+                attempt += 1
+                log.warning("%s: topic refresh failed (%r); retrying in %.1fs", self.name, exc,
+                            delay)
+                await asyncio.sleep(delay)
+                continue
+            await self.apply_discovery(result)
+            if not self.flow.refresh_topics_enabled:
+                return
+            await asyncio.sleep(self.flow.refresh_topics_interval_s)
+
+    async def apply_discovery(self, result: DiscoveryResult) -> None:
+        self.problems = dict(result.problems)
+        await self.set_topics(result.topics)
+
+    async def set_topics(self, topics: Mapping[str, RemoteTopic]) -> None:
+        """Own exactly the partitions of `topics` (source topic -> remote topic)."""
+        wanted = {
+            TopicPartition(source, p): remote.name
+            for source, remote in topics.items()
+            for p in range(remote.partitions)
+        }
+        async with self._lock:
+            await self._reassign(wanted)
+
+    async def _reassign(self, wanted: Mapping[TopicPartition, str]) -> None:
+        consumer = self._consumer
+        assert consumer is not None and self._producer is not None
+        removed = [tp for tp in self._pumps if tp not in wanted]
+        added = [tp for tp in wanted if tp not in self._pumps]
+        if not removed and not added:
+            return
+        for tp in removed:
+            await self._drop(tp)
+        starts = await self._start_offsets(added)
+        for tp in added:
+            self._add_pump(tp, wanted[tp], starts[tp])
+        consumer.assign(list(self._pumps))
+        for tp, pump in self._pumps.items():
+            consumer.seek(tp, pump.fetch_position)
+            if pump.state is not PumpState.RUNNING:
+                consumer.pause(tp)
+        for tp in self._throttled:
+            if tp in self._pumps:
+                consumer.pause(tp)
+        if added:
+            log.info("%s: now replicating %d partitions (+%d, -%d)", self.name,
+                     len(self._pumps), len(added), len(removed))
+        self._assignment_changed.set()
+
+    async def _start_offsets(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+        """Where each new partition starts: saved progress, else `auto.offset.reset`."""
+        assert self._consumer is not None
+        starts = {tp: self._saved[(tp.topic, tp.partition)] for tp in tps
+                  if (tp.topic, tp.partition) in self._saved}
+        fresh = [tp for tp in tps if tp not in starts]
+        if fresh:
+            reset = self.flow.clients.source_consumer.get("auto.offset.reset", "earliest")
+            if reset.lower() == "latest":
+                offsets = await self._consumer.end_offsets(fresh)
+            else:
+                offsets = await self._consumer.beginning_offsets(fresh)
+            starts.update(offsets)
+        return starts
+
+    def _add_pump(self, tp: TopicPartition, remote: str, start: int) -> None:
+        assert self._producer is not None
+        pump = PartitionPump(flow=self.name, source_topic=tp.topic, target_topic=remote,
+                             partition=tp.partition, next_offset=start, backoff=self._backoff)
+        metrics = self._metrics.partition(self.flow.source, self.flow.target, remote,
+                                          tp.partition)
+        metrics.lag = functools.partial(self._lag, tp, pump)
+        self._pumps[tp] = pump
+        self._pump_metrics[tp] = metrics
+
+    async def _drop(self, tp: TopicPartition) -> None:
+        pump = self._pumps[tp]
+        pump.stop()
+        if self._delivery is not None:  # let its last batch settle before letting go
+            await self._delivery.wait_settled(pump, timeout=10.0)
+        del self._pumps[tp]
+        self._pump_metrics.pop(tp, None)
+        self._throttled.discard(tp)
+        if self._progress is not None:
+            self._progress.save(tp.topic, tp.partition, pump.next_offset)
+        if self._planner is not None:
+            self._planner.forget(tp.topic, tp.partition)
+        self._metrics.forget(self.flow.source, self.flow.target, pump.target_topic, tp.partition)
+        log.info("%s: stopped replicating %s-%d at offset %d", self.name, tp.topic, tp.partition,
+                 pump.next_offset)
+
+    # -- the data path ----------------------------------------------------------------
+    async def _fetch(self, timeout_ms: int) -> None:
+        """Hand newly fetched records to their pumps (waiting up to `timeout_ms` for some)."""
+        consumer = self._consumer
+        assert consumer is not None
+        if not self._pumps:
+            self._assignment_changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._assignment_changed.wait(), timeout_ms / 1000.0)
+            return
+        started = time.time_ns()
+        try:
+            batches = await consumer.getmany(timeout_ms=timeout_ms)
+            self._fetch_attempt = 0
+        except OffsetOutOfRangeError as exc:
+            await self._out_of_range(exc.args[0] if exc.args else {})
+            return
+        except KafkaError as exc:
+            delay = self._backoff.delay(self._fetch_attempt)
+            self._fetch_attempt += 1
+            log.warning("%s: fetch failed (%r); retrying in %.1fs", self.name, exc, delay)
+            await asyncio.sleep(delay)
+            return
+        if not batches:
+            return
+        count = 0
+        for tp, records in batches.items():
+            pump = self._pumps.get(tp)
+            if pump is None:
+                continue
+            count += len(records)
+            self._metrics.fetched(self._pump_metrics[tp], records)
+            pump.offer(records)
+            if pump.backlog_chunks >= MAX_BACKLOG_CHUNKS and tp not in self._throttled:
+                consumer.pause(tp)
+                self._throttled.add(tp)
+        span = self._tracer.start_span("fetch", start_time=started, attributes={
+            "mirrorline.flow": self.name, "messaging.batch.message_count": count,
+            "mirrorline.partitions": len(batches)})
+        span.end()
+
+    def _on_ack(self, pump: PartitionPump, delivered: Delivered) -> None:
+        records, base = delivered.records, delivered.base_offset
+        tp = TopicPartition(pump.source_topic, pump.partition)
+        if self._planner is not None:
+            first, last = records[0].offset, records[-1].offset
+            upstream: Sequence[int] = (range(first, last + 1)
+                                       if last - first + 1 == len(records)
+                                       else [r.offset for r in records])
+            self._planner.queue_batch(pump.source_topic, pump.partition, upstream, base)
+        if self._progress is not None:
+            self._progress.save(pump.source_topic, pump.partition, pump.next_offset)
+        metrics = self._pump_metrics.get(tp)
+        if metrics is not None:
+            self._metrics.acknowledged(metrics, records)
+        if tp in self._throttled and pump.backlog_chunks < MAX_BACKLOG_CHUNKS:
+            self._throttled.discard(tp)
+            if self._consumer is not None and tp in self._pumps:
+                self._consumer.resume(tp)
+        if self._planner is not None and self._sync_sender is not None:
+            if pump.idle and self._lag(tp, pump) == 0:
+                # Caught up: publish the exact position now so a group at the end of the
+                # topic translates exactly, instead of waiting for the periodic flush.
+                self._planner.promote_delayed()
+            self._sync_sender.wake()
+        span = self._tracer.start_span("produce", start_time=delivered.sent_ns, attributes={
+            "mirrorline.flow": self.name, "messaging.destination.name": pump.target_topic,
+            "messaging.destination.partition.id": str(pump.partition),
+            "messaging.batch.message_count": len(records),
+            "mirrorline.source.offset": records[0].offset, "mirrorline.target.offset": base})
+        span.end()
+
+    def _lag(self, tp: TopicPartition, pump: PartitionPump) -> int | None:
+        high = self._consumer.highwater(tp) if self._consumer is not None else None
+        return None if high is None else max(0, high - pump.next_offset)
+
+    async def _out_of_range(self, offsets: Mapping[TopicPartition, int]) -> None:
+        assert self._consumer is not None
+        tps = [tp for tp in offsets if tp in self._pumps]
+        if not tps:
+            return
+        begin = await self._consumer.beginning_offsets(tps)
+        end = await self._consumer.end_offsets(tps)
+        for tp in tps:
+            pump, fetch_offset = self._pumps[tp], offsets[tp]
+            if fetch_offset < begin[tp]:
+                lost = begin[tp] - fetch_offset
+                pump.skip_to(begin[tp], f"{lost} records (offsets {fetch_offset}.."
+                                        f"{begin[tp] - 1}) were removed from the source by "
+                                        "retention before they could be copied")
+                self._consumer.seek(tp, begin[tp])
+                if self._progress is not None:
+                    self._progress.save(tp.topic, tp.partition, begin[tp])
+            else:
+                self._truncated(tp, pump, end[tp])
+
+    def _truncated(self, tp: TopicPartition, pump: PartitionPump, end: int) -> None:
+        pump.fail(f"source log end offset {end} is below the next offset to copy "
+                  f"{pump.fetch_position}: the source partition was truncated or recreated; "
+                  "records beyond its end would be skipped silently")
+        if self._consumer is not None:
+            self._consumer.pause(tp)
+
+    async def _watch_loop(self) -> None:
+        """Once a second: catch silent source truncation and flush delayed offset syncs."""
+        interval = self.flow.offset_flush_interval_ms / 1000.0
+        last_flush = time.monotonic()
+        while not self._stopping:
+            await asyncio.sleep(1.0)
+            if self._consumer is not None:
+                for tp, pump in list(self._pumps.items()):
+                    high = self._consumer.highwater(tp)
+                    if (pump.state is PumpState.RUNNING and high is not None
+                            and high < pump.fetch_position):
+                        self._truncated(tp, pump, high)
+            if self._planner is not None and time.monotonic() - last_flush >= interval:
+                last_flush = time.monotonic()
+                self._planner.promote_delayed()
+                if self._sync_sender is not None:
+                    self._sync_sender.wake()
+
+    # -- status -----------------------------------------------------------------------
+    def partitions(self) -> list[PartitionView]:
+        now_ms = time.time() * 1000.0
+        views = []
+        for tp, pump in sorted(self._pumps.items(), key=lambda kv: (kv[0].topic, kv[0].partition)):
+            high = self._consumer.highwater(tp) if self._consumer is not None else None
+            latency = (now_ms - pump.last_ack_record_ts
+                       if pump.last_ack_record_ts is not None else None)
+            views.append(PartitionView(
+                flow=self.name, source_topic=tp.topic, target_topic=pump.target_topic,
+                partition=tp.partition, source_end_offset=high, next_offset=pump.next_offset,
+                state=pump.state.value, error=pump.error,
+                records_replicated=pump.records_replicated,
+                last_latency_ms=latency))
+        return views
+
+    @property
+    def healthy(self) -> bool:
+        return self.state is FlowState.RUNNING

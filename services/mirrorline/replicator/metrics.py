@@ -1,0 +1,118 @@
+"""MM2's source-side metrics, as OpenTelemetry instruments.
+
+Names and tags follow MM2 (`record-count`, `byte-rate`, `record-age-ms-max`, ... tagged
+`source`, `target`, `topic` = remote topic, `partition`) so an MM2 dashboard maps onto
+Mirrorline one to one; `record-lag` (records behind the source's high watermark) is
+Mirrorline's addition. Values are folded in once per batch, not per record.
+"""
+
+from __future__ import annotations
+
+import operator
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from opentelemetry.metrics import CallbackOptions, Meter, Observation
+
+from mirrorline.core.stats import SampledStat
+from mirrorline.kafka.records import Record
+
+Attributes = dict[str, str | int]
+_VALUE = operator.attrgetter("value")
+
+
+@dataclass
+class PartitionMetrics:
+    attributes: Attributes
+    record_age: SampledStat = field(default_factory=SampledStat)
+    latency: SampledStat = field(default_factory=SampledStat)
+    records: SampledStat = field(default_factory=SampledStat)
+    value_bytes: SampledStat = field(default_factory=SampledStat)
+    lag: Callable[[], int | None] = lambda: None
+
+
+class ReplicationMetrics:
+    """The instruments of one replicator process; partitions register themselves."""
+
+    def __init__(self, meter: Meter, *, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        self._partitions: dict[tuple[str, str, str, int], PartitionMetrics] = {}
+        # MM2's names carry their unit ("-ms", "-rate"); giving OTel units as well would make
+        # the Prometheus exporter append them again (record_age_ms_max_milliseconds).
+        self._record_count = meter.create_counter(
+            "record-count", description="Records acknowledged by the target")
+        self._byte_count = meter.create_counter(
+            "byte-count", description="Value bytes fetched for replication")
+        gauges: list[tuple[str, str, Callable[[PartitionMetrics, float], float | None]]] = [
+            ("record-rate", "records/s acknowledged (2 x 30 s window)",
+             lambda m, now: m.records.rate(now, of_count=True)),
+            ("byte-rate", "value bytes/s fetched", lambda m, now: m.value_bytes.rate(now)),
+            ("record-age-ms", "fetch time - record timestamp, last batch",
+             lambda m, now: m.record_age.last),
+            ("record-age-ms-min", "", lambda m, now: m.record_age.minimum(now)),
+            ("record-age-ms-max", "", lambda m, now: m.record_age.maximum(now)),
+            ("record-age-ms-avg", "", lambda m, now: m.record_age.average(now)),
+            ("replication-latency-ms", "ack time - record timestamp, last batch",
+             lambda m, now: m.latency.last),
+            ("replication-latency-ms-min", "", lambda m, now: m.latency.minimum(now)),
+            ("replication-latency-ms-max", "", lambda m, now: m.latency.maximum(now)),
+            ("replication-latency-ms-avg", "", lambda m, now: m.latency.average(now)),
+            ("record-lag", "source high watermark - next offset to copy",
+             lambda m, now: _optional_float(m.lag())),
+        ]
+        for name, description, read in gauges:
+            meter.create_observable_gauge(name, callbacks=[self._observer(read)],
+                                          description=description)
+
+    def _observer(self, read: Callable[[PartitionMetrics, float], float | None]
+                  ) -> Callable[[CallbackOptions], Iterable[Observation]]:
+        def observe(_options: CallbackOptions) -> Iterable[Observation]:
+            now = self._clock()
+            for m in list(self._partitions.values()):
+                value = read(m, now)
+                if value is not None:
+                    yield Observation(value, m.attributes)
+        return observe
+
+    def partition(self, source: str, target: str, remote_topic: str,
+                  partition: int) -> PartitionMetrics:
+        key = (source, target, remote_topic, partition)
+        metrics = self._partitions.get(key)
+        if metrics is None:
+            metrics = PartitionMetrics({"source": source, "target": target,
+                                        "topic": remote_topic, "partition": partition})
+            self._partitions[key] = metrics
+        return metrics
+
+    def forget(self, source: str, target: str, remote_topic: str, partition: int) -> None:
+        self._partitions.pop((source, target, remote_topic, partition), None)
+
+    def fetched(self, m: PartitionMetrics, records: Sequence[Record]) -> None:
+        """At fetch time: record age and value bytes (MM2 measures both at poll)."""
+        now_ms = self._clock() * 1000.0
+        stamps = [r.timestamp for r in records]
+        nbytes = sum(map(len, filter(None, map(_VALUE, records))))
+        m.record_age.record(now_ms / 1000.0, count=len(stamps),
+                            total=now_ms * len(stamps) - sum(stamps),
+                            minimum=now_ms - max(stamps), maximum=now_ms - min(stamps),
+                            last=now_ms - stamps[-1])
+        m.value_bytes.record(now_ms / 1000.0, count=len(stamps), total=nbytes,
+                             minimum=0, maximum=0, last=0)
+        self._byte_count.add(nbytes, m.attributes)
+
+    def acknowledged(self, m: PartitionMetrics, records: Sequence[Record]) -> None:
+        """After the target's ack: count and end-to-end latency."""
+        now_ms = self._clock() * 1000.0
+        stamps = [r.timestamp for r in records]
+        m.latency.record(now_ms / 1000.0, count=len(stamps),
+                         total=now_ms * len(stamps) - sum(stamps),
+                         minimum=now_ms - max(stamps), maximum=now_ms - min(stamps),
+                         last=now_ms - stamps[-1])
+        m.records.record(now_ms / 1000.0, count=len(stamps), total=len(stamps),
+                         minimum=0, maximum=0, last=0)
+        self._record_count.add(len(stamps), m.attributes)
+
+
+def _optional_float(value: int | None) -> float | None:
+    return None if value is None else float(value)

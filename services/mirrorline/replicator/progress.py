@@ -1,0 +1,132 @@
+"""Durable replication progress, stored where MM2 keeps it.
+
+The next source offset of each partition lives on the target cluster in
+`mm2-offsets.<source>.internal`, in the Kafka Connect source-offset format MM2 itself
+writes (see `mirrorline.core.progress`). A deployment can therefore move from MM2 to
+Mirrorline (or back) without copying anything twice.
+
+Progress is only ever recorded for records the target acknowledged. Writes go through
+a producer of their own, so they never occupy the request slot that data batches need,
+and they are coalesced: a flusher writes the newest position of every partition that
+moved, waits for that round to be acknowledged, then writes the next round. After a
+crash a partition therefore replays at most the batch in flight plus the batches
+acknowledged since the last completed round -- the bound the crash test checks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+
+from mirrorline.core.progress import (
+    SOURCE_CONNECTOR,
+    decode_source_progress,
+    encode_offset,
+    progress_topic,
+    source_offset_key,
+)
+from mirrorline.kafka.admin import ClusterAdmin, TopicSpec
+from mirrorline.kafka.reader import read_topic
+
+log = logging.getLogger(__name__)
+
+#: Kafka Connect's default partition count for its offsets topic.
+PROGRESS_PARTITIONS = 25
+
+TopicPartitionKey = tuple[str, int]
+
+
+class ProgressStore:
+    def __init__(self, *, source_alias: str, producer: AIOKafkaProducer,
+                 consumer_kwargs: Mapping[str, Any], replication_factor: int) -> None:
+        self.source_alias = source_alias
+        self.topic = progress_topic(source_alias)
+        self._producer = producer
+        self._consumer_kwargs = consumer_kwargs
+        self._replication_factor = replication_factor
+        self._dirty: dict[TopicPartitionKey, int] = {}
+        self._wake = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._task: asyncio.Task[None] | None = None
+        self.failures = 0
+
+    async def ensure_topic(self, admin: ClusterAdmin) -> None:
+        await admin.ensure_topic(TopicSpec(self.topic, PROGRESS_PARTITIONS,
+                                           self._replication_factor,
+                                           {"cleanup.policy": "compact"}))
+
+    async def load(self) -> dict[TopicPartitionKey, int]:
+        """Next source offset per partition, as last durably recorded."""
+        records = await read_topic(self._consumer_kwargs, self.topic)
+        found: dict[TopicPartitionKey, int] = {}
+        for record in records:
+            progress = decode_source_progress(record.key, record.value)
+            if (progress is None or progress.connector != SOURCE_CONNECTOR
+                    or progress.cluster != self.source_alias):
+                continue
+            key = (progress.topic, progress.partition)
+            if progress.last_offset is None:
+                found.pop(key, None)
+            else:
+                found[key] = progress.last_offset + 1
+        return found
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name=f"progress -> {self.topic}")
+
+    def save(self, topic: str, partition: int, next_offset: int) -> None:
+        """Record (soon) that everything below `next_offset` is on the target."""
+        self._dirty[(topic, partition)] = next_offset
+        self._idle.clear()
+        self._wake.set()
+
+    async def flush(self, timeout: float = 10.0) -> None:
+        """Wait until every saved position is durable (or `timeout` passes)."""
+        if self._task is None:
+            return
+        self._wake.set()
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout)
+        except TimeoutError:
+            log.warning("progress of %d partitions not written within %.0fs; they will "
+                        "replay a little after a restart", len(self._dirty), timeout)
+
+    async def stop(self) -> None:
+        await self.flush()
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            if not self._dirty:
+                self._idle.set()
+                continue
+            batch, self._dirty = self._dirty, {}
+            futures = [
+                await self._producer.send(
+                    self.topic, key=source_offset_key(self.source_alias, topic, partition),
+                    value=encode_offset(next_offset - 1))
+                for (topic, partition), next_offset in batch.items()
+            ]
+            results = await asyncio.gather(*futures, return_exceptions=True)
+            failed = [(key, r) for key, r in zip(batch, results, strict=True)
+                      if isinstance(r, BaseException)]
+            if failed:
+                self.failures += len(failed)
+                log.warning("%d progress writes failed (first: %r); retrying", len(failed),
+                            failed[0][1])
+                for key, _ in failed:  # keep the newest position, whichever is later
+                    self._dirty.setdefault(key, batch[key])
+                await asyncio.sleep(1.0)
+                self._wake.set()
+            elif not self._dirty:
+                self._idle.set()

@@ -1,0 +1,249 @@
+"""The state of one source partition being copied to the same partition of its remote topic.
+
+A pump holds the fetched records not yet delivered and at most one batch in flight, so
+a batch the target rejects can never be overtaken by the next one (aiokafka would
+otherwise send the following batch as soon as the failed one is unmuted). It does no
+I/O and owns no task: `mirrorline.replicator.delivery` drives every pump of a flow in
+rounds, which keeps all partitions' batches in the same produce requests.
+
+Failures are settled where they are understood:
+* the target rejects a record (too large, corrupt): the batch is split in halves until
+  the single offending record is found; everything before it is delivered, and the
+  partition stops with an error naming topic, partition and offset -- never skipped;
+* anything else (broker down, leader moving, timeouts, ACLs being fixed): the same
+  records are sent again after a backoff, with the reason shown in the status.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from aiokafka.errors import (
+    CorruptRecordException,
+    KafkaError,
+    MessageSizeTooLargeError,
+    RecordListTooLargeError,
+    RecordTooLargeError,
+)
+
+from mirrorline.core.backoff import Backoff
+from mirrorline.kafka.records import Record
+
+log = logging.getLogger(__name__)
+
+#: Errors that mean "the target will never accept these bytes as they are".
+RECORD_REJECTED = (MessageSizeTooLargeError, RecordListTooLargeError, RecordTooLargeError,
+                   CorruptRecordException)
+
+
+class PumpState(enum.Enum):
+    RUNNING = "running"
+    PAUSED = "paused"
+    ERROR = "error"
+    STOPPED = "stopped"
+
+
+@dataclass(frozen=True)
+class Delivered:
+    """Records the target acknowledged, and where the first one landed."""
+
+    records: Sequence[Record]
+    base_offset: int
+    sent_ns: int
+
+
+class PartitionPump:
+    def __init__(self, *, flow: str, source_topic: str, target_topic: str, partition: int,
+                 next_offset: int, backoff: Backoff | None = None) -> None:
+        self.flow = flow
+        self.source_topic = source_topic
+        self.target_topic = target_topic
+        self.partition = partition
+        #: Everything below this source offset is acknowledged by the target.
+        self.next_offset = next_offset
+        #: The offset after the last record handed to this pump (where fetching continues).
+        self.fetch_position = next_offset
+        self.state = PumpState.RUNNING
+        self.error: str | None = None
+        self.records_replicated = 0
+        self.last_ack_record_ts: int | None = None
+        self._backoff = backoff or Backoff()
+        self._backlog: deque[list[Record]] = deque()
+        #: Exact record lists to send next, in order (retries and halves of a split batch).
+        self._forced: deque[list[Record]] = deque()
+        self._in_flight: list[Record] | None = None
+        self._sent_ns = 0
+        #: The next batch, built while the current one travels (records, producer batch).
+        self._prepared: tuple[list[Record], Any] | None = None
+        self._attempt = 0
+        self._retry_at = 0.0
+
+    # -- fetch side -------------------------------------------------------------------
+    def offer(self, records: list[Record]) -> None:
+        """Queue freshly fetched records (in offset order)."""
+        if not records or self.state is not PumpState.RUNNING:
+            return
+        # A fetch can repeat records after a seek; drop anything already queued.
+        if records[0].offset < self.fetch_position:
+            records = [r for r in records if r.offset >= self.fetch_position]
+            if not records:
+                return
+        self._backlog.append(records)
+        self.fetch_position = records[-1].offset + 1
+
+    @property
+    def backlog_chunks(self) -> int:
+        return len(self._backlog) + len(self._forced) + (self._prepared is not None)
+
+    @property
+    def in_flight(self) -> bool:
+        return self._in_flight is not None
+
+    @property
+    def idle(self) -> bool:
+        """Nothing queued and nothing in flight."""
+        return (not self._backlog and not self._forced and self._in_flight is None
+                and self._prepared is None)
+
+    @property
+    def retry_at(self) -> float:
+        return self._retry_at
+
+    def ready(self, now: float) -> bool:
+        return (self.state is PumpState.RUNNING and self._in_flight is None
+                and bool(self._prepared or self._backlog or self._forced)
+                and now >= self._retry_at)
+
+    def can_prepare(self) -> bool:
+        """A batch travels and there are records for the next one: build it meanwhile."""
+        return (self.state is PumpState.RUNNING and self._in_flight is not None
+                and self._prepared is None and bool(self._backlog or self._forced))
+
+    def skip_to(self, offset: int, reason: str) -> None:
+        """Move past source records that no longer exist (retention removed them)."""
+        log.error("%s %s-%d: %s; continuing at offset %d", self.flow, self.source_topic,
+                  self.partition, reason, offset)
+        self._drop_queued()
+        self.next_offset = self.fetch_position = offset
+
+    def fail(self, reason: str) -> None:
+        """Stop this partition for good (until an operator intervenes), loudly."""
+        log.error("%s %s-%d stopped: %s", self.flow, self.source_topic, self.partition, reason)
+        self.state = PumpState.ERROR
+        self.error = reason
+        self._drop_queued()
+        self.fetch_position = self.next_offset
+
+    def stop(self) -> None:
+        """Send nothing more; what is queued is fetched again by whoever resumes."""
+        self._drop_queued()
+        self.fetch_position = self.next_offset
+        if self.state is not PumpState.ERROR:
+            self.state = PumpState.STOPPED
+
+    # -- delivery ---------------------------------------------------------------------
+    def _drop_queued(self) -> None:
+        self._backlog.clear()
+        self._forced.clear()
+        self._prepared = None
+
+    def prepare(self, producer: Any) -> None:
+        """Build the next batch now, so it can leave the moment the current one is acked."""
+        self._prepared = self._fill(producer)
+
+    def build(self, producer: Any) -> Any:
+        """The next produce batch; it is in flight until `acknowledged`/`failed`."""
+        if self._prepared is not None:
+            records, batch = self._prepared
+            self._prepared = None
+        else:
+            records, batch = self._fill(producer)
+        self._in_flight = records
+        self._sent_ns = time.time_ns()
+        return batch
+
+    def _fill(self, producer: Any) -> tuple[list[Record], Any]:
+        batch = producer.create_batch()
+        append = batch.append
+        if self._forced:
+            records = self._forced.popleft()
+            for r in records:
+                append(timestamp=r.timestamp, key=r.key, value=r.value, headers=list(r.headers))
+        else:
+            records = []
+            while self._backlog:
+                chunk = self._backlog[0]
+                n = 0
+                for r in chunk:
+                    if append(timestamp=r.timestamp, key=r.key, value=r.value,
+                              headers=list(r.headers)) is None:
+                        break
+                    n += 1
+                if n == len(chunk):
+                    # The whole chunk fit: top the batch up from the next one, so batches
+                    # stay full whatever sizes the broker's fetch responses come in.
+                    records.extend(chunk)
+                    self._backlog.popleft()
+                    continue
+                if n:
+                    records.extend(chunk[:n])
+                    self._backlog[0] = chunk[n:]
+                break
+            if not records and self._backlog:
+                # aiokafka always takes a first record into an empty batch; should it ever
+                # refuse, send that record alone (the broker's verdict then names it).
+                chunk = self._backlog.popleft()
+                if len(chunk) > 1:
+                    self._backlog.appendleft(chunk[1:])
+                self._forced.appendleft(chunk[:1])
+                return self._fill(producer)
+        return records, batch
+
+    def acknowledged(self, base_offset: int) -> Delivered:
+        records = self._in_flight
+        assert records is not None, "acknowledged() without a batch in flight"
+        self._in_flight = None
+        self._attempt = 0
+        self.error = None
+        self.next_offset = records[-1].offset + 1
+        self.records_replicated += len(records)
+        self.last_ack_record_ts = records[-1].timestamp
+        return Delivered(records, base_offset, self._sent_ns)
+
+    def failed(self, exc: BaseException, now: float) -> None:
+        """Settle a batch the producer could not deliver."""
+        records = self._in_flight
+        assert records is not None, "failed() without a batch in flight"
+        self._in_flight = None
+        if self.state is not PumpState.RUNNING:
+            return  # stopping or stopped: whoever resumes fetches these again
+        if self._prepared is not None:  # it must not overtake the failed records
+            self._forced.appendleft(self._prepared[0])
+            self._prepared = None
+        if isinstance(exc, RECORD_REJECTED):
+            if len(records) == 1:
+                self.fail(self._where(records[0].offset, f"target rejected the record: {exc!r}"))
+                return
+            half = len(records) // 2
+            self._forced.extendleft([records[half:], records[:half]])
+            return
+        if not isinstance(exc, KafkaError):
+            log.error("%s %s-%d: unexpected error from the producer", self.flow,
+                      self.source_topic, self.partition, exc_info=exc)
+        delay = self._backoff.delay(self._attempt)
+        self._attempt += 1
+        self._retry_at = now + delay
+        self._forced.appendleft(records)
+        self.error = (f"retrying {len(records)} records from offset {records[0].offset} in "
+                      f"{delay:.1f}s: {exc!r}")
+        log.warning("%s %s-%d: %s", self.flow, self.source_topic, self.partition, self.error)
+
+    def _where(self, offset: int, what: str) -> str:
+        return (f"{what} (flow {self.flow}, topic {self.source_topic!r}, partition "
+                f"{self.partition}, offset {offset} -> {self.target_topic!r})")

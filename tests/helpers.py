@@ -1,0 +1,157 @@
+"""Small async helpers for tests against real (Tansu) brokers. Import as `from helpers import ...`.
+
+`tests/` has no `__init__.py`, so pytest puts this directory on `sys.path` when it loads
+`tests/conftest.py`. The helpers work around Tansu where it differs from Kafka without
+weakening what a test checks: `consume_all` decides where a partition ends from the high
+watermark in fetch responses, because Tansu's ListOffsets(latest) answers the last batch's
+base offset + 1 instead of the log end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeAlias
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from mirrorline.kafka.metadata import partitions_by_topic
+
+Headers: TypeAlias = Sequence[tuple[str, bytes]]
+#: Explicit TypeAlias: aiokafka ships no type information, so mypy sees it as Any.
+Consumed: TypeAlias = ConsumerRecord[bytes, bytes]
+
+
+@dataclass(frozen=True)
+class Record:
+    """One record to produce; `partition=None` lets the producer's partitioner choose."""
+
+    value: bytes | None
+    key: bytes | None = None
+    headers: Headers = ()
+    timestamp_ms: int | None = None
+    partition: int | None = None
+
+    @classmethod
+    def of(cls, consumed: Consumed, *, keep_partition: bool = True) -> Record:
+        """The record as read, ready to produce again (headers become a list of pairs)."""
+        return cls(
+            value=consumed.value,
+            key=consumed.key,
+            headers=list(consumed.headers),
+            timestamp_ms=consumed.timestamp,
+            partition=consumed.partition if keep_partition else None,
+        )
+
+
+async def create_topic(
+    bootstrap: str, name: str, partitions: int = 1, configs: Mapping[str, str] | None = None
+) -> None:
+    """Create topic `name` (replication factor 1, as local clusters have one broker)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics(
+            [NewTopic(name, partitions, 1, topic_configs=dict(configs or {}))]
+        )
+    finally:
+        await admin.close()
+
+
+async def produce(bootstrap: str, topic: str, records: Iterable[Record]) -> list[Any]:
+    """Produce `records` in order and wait for every ack; returns their RecordMetadata."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
+    await producer.start()
+    try:
+        futures = [
+            await producer.send(
+                topic,
+                value=record.value,
+                key=record.key,
+                partition=record.partition,
+                timestamp_ms=record.timestamp_ms,
+                headers=list(record.headers),  # aiokafka's producer wants a list
+            )
+            for record in records
+        ]
+        return list(await asyncio.gather(*futures))
+    finally:
+        await producer.stop()
+
+
+async def consume_all(
+    bootstrap: str,
+    topic: str,
+    *,
+    expected: int | None = None,
+    timeout: float = 30.0,
+) -> dict[int, list[Consumed]]:
+    """Every record of every partition of `topic`, from the log start to the true end.
+
+    A partition is read to its end once our position reaches the high watermark of a fetch
+    response. With `expected`, also wait until at least that many records were read in total
+    (records may still be arriving, e.g. from a mirror). Raises AssertionError on timeout.
+    """
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        fetch_max_wait_ms=100,
+    )
+    await consumer.start()
+    try:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:  # a mirror creates the topic in its own time: wait for it
+            partitions = (await partitions_by_topic(consumer, [topic])).get(topic)
+            if partitions:
+                break
+            if loop.time() >= deadline:
+                raise AssertionError(f"topic {topic!r} does not exist on {bootstrap}")
+            await asyncio.sleep(0.2)
+        tps = [TopicPartition(topic, p) for p in sorted(partitions)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        result: dict[int, list[Consumed]] = {tp.partition: [] for tp in tps}
+        while True:
+            batches = await consumer.getmany(timeout_ms=200)
+            for tp, batch in batches.items():
+                result[tp.partition].extend(batch)
+            total = sum(len(batch) for batch in result.values())
+            if await _at_end(consumer, tps) and (expected is None or total >= expected):
+                return result
+            if loop.time() >= deadline:
+                counts = {p: len(batch) for p, batch in result.items()}
+                raise AssertionError(
+                    f"consume_all({topic!r}): {total} records after {timeout:g}s "
+                    f"(expected {expected}); per partition {counts}"
+                )
+    finally:
+        await consumer.stop()
+
+
+async def _at_end(consumer: AIOKafkaConsumer, tps: Sequence[TopicPartition]) -> bool:
+    for tp in tps:
+        highwater = consumer.highwater(tp)
+        if highwater is None or await consumer.position(tp) < highwater:
+            return False
+    return True
+
+
+async def wait_for(
+    predicate: Callable[[], Awaitable[bool]],
+    timeout: float,
+    message: str,
+    *,
+    interval: float = 0.1,
+) -> None:
+    """Poll `predicate()` until it returns True; AssertionError(`message`) after `timeout`s."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not await predicate():
+        if loop.time() >= deadline:
+            raise AssertionError(f"{message} (waited {timeout:g}s)")
+        await asyncio.sleep(interval)

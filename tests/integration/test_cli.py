@@ -1,0 +1,101 @@
+"""The `mirrorline` command as an operator meets it: bad input, warnings, `run`."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import Record, consume_all, create_topic, produce, wait_for
+from procs import mm2_config
+
+from mirrorline.dev.brokers import LocalBroker, is_alive
+
+pytestmark = pytest.mark.integration
+
+
+async def mirrorline(*args: str, timeout: float = 30) -> tuple[int, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "mirrorline", *args, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT)
+    out, _ = await asyncio.wait_for(proc.communicate(), timeout)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode()
+
+
+@pytest.mark.parametrize("command", ["replicator", "run"])
+@pytest.mark.parametrize(("text", "named"), [
+    ("clusters = a, b\na.bootstrap.servers = x:1\nb.bootstrap.servers = y:1\n"
+     "a->c.enabled = true\n", ["a->c.enabled", "mm2.properties:4:", "c"]),
+    ("clusters = a, b\na.bootstrap.servers = x:1\nb.bootstrap.servers = y:1\n"
+     "a->b.enabled = true\nrefresh.topics.interval.seconds = soon\n",
+     ["refresh.topics.interval.seconds", "mm2.properties:5:", "soon"]),
+    ("clusters = a, b\na.bootstrap.servers = x:1\nb.bootstrap.servers = y:1\n"
+     "a->b.enabled = true\na->b.topics = orders, (unclosed\n", ["a->b.topics", "(unclosed"]),
+])
+async def test_bad_configuration_exits_2_naming_the_key_and_starts_nothing(
+        command: str, text: str, named: list[str], tmp_path: Path) -> None:
+    config = tmp_path / "mm2.properties"
+    config.write_text(text)
+    extra = ["--port-offset", "1"] if command == "run" else ["--metrics-port", "-1"]
+    code, out = await mirrorline(command, "--config", str(config), *extra)
+    assert code == 2, out
+    assert "configuration error" in out
+    for fragment in named:
+        assert fragment in out, f"{fragment!r} missing from: {out}"
+    assert "started (pid" not in out
+
+
+async def test_a_missing_config_file_is_named(tmp_path: Path) -> None:
+    code, out = await mirrorline("run", "--config", str(tmp_path / "nope.properties"))
+    assert code == 2
+    assert "nope.properties" in out
+
+
+async def test_run_restarts_a_crashed_service_and_stops_everything_on_sigterm(
+        primary: LocalBroker, backup: LocalBroker, unique: str, tmp_path: Path) -> None:
+    topic = f"{unique}-run"
+    await create_topic(primary.bootstrap, topic, 2)
+    config = tmp_path / "mm2.properties"
+    config.write_text(mm2_config({"primary": primary, "backup": backup},
+                                 {"primary->backup": {"topics": topic}}, nonsense_key="1"))
+    log = (tmp_path / "run.log").open("wb")
+    run = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "mirrorline", "run", "--config", str(config),
+        "--port-offset", "23000", stdout=log, stderr=log)
+    try:
+        await produce(primary.bootstrap, topic, [Record(b"a", partition=i % 2) for i in range(10)])
+        await consume_all(backup.bootstrap, f"primary.{topic}", expected=10)
+
+        first = children(run.pid)
+        assert len(first) == 1
+        os.kill(first[0], signal.SIGKILL)
+
+        async def restarted() -> bool:
+            now = children(run.pid)
+            return len(now) == 1 and now[0] != first[0]
+        await wait_for(restarted, 30, "the crashed replicator was not restarted")
+        await produce(primary.bootstrap, topic, [Record(b"b", partition=i % 2) for i in range(10)])
+        mirrored = await consume_all(backup.bootstrap, f"primary.{topic}", expected=20)
+        assert sorted(r.value for rs in mirrored.values() for r in rs).count(b"b") == 10
+
+        second = children(run.pid)[0]
+        run.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(run.wait(), 40) == 0
+        assert not is_alive(second)
+    finally:
+        if run.returncode is None:
+            run.kill()
+            await run.wait()
+        log.close()
+    text = (tmp_path / "run.log").read_text()
+    assert "nonsense.key" in text and "warning" in text  # unknown keys are named
+    assert "restarting in" in text
+
+
+def children(pid: int) -> list[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(p) for p in path.read_text().split()] if path.exists() else []

@@ -1,0 +1,157 @@
+"""Run Mirrorline services as real OS processes in tests, and talk to them over gRPC.
+
+Tests start `python -m mirrorline <service>` exactly as `mirrorline run` does, pick free
+ports, and use the standard gRPC health service to know when the service is serving.
+Import as `from procs import ...` (tests/ is on sys.path through conftest.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import sys
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from mirrorline.dev.brokers import LocalBroker
+from mirrorline.v1 import replicator_pb2, replicator_pb2_grpc
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def mm2_config(clusters: Mapping[str, LocalBroker | str], flows: Mapping[str, Mapping[str, str]],
+               **top: str) -> str:
+    """An MM2 properties file: `flows` maps "a->b" to that flow's keys (enabled is implied)."""
+    lines = [f"clusters = {', '.join(clusters)}"]
+    for alias, broker in clusters.items():
+        bootstrap = broker if isinstance(broker, str) else broker.bootstrap
+        lines.append(f"{alias}.bootstrap.servers = {bootstrap}")
+    for key, value in top.items():
+        lines.append(f"{key.replace('_', '.')} = {value}")
+    for flow, props in flows.items():
+        lines.append(f"{flow}.enabled = true")
+        lines.extend(f"{flow}.{k} = {v}" for k, v in props.items())
+    return "\n".join(lines) + "\n"
+
+
+class ServiceProcess:
+    """One `python -m mirrorline <args>` child with a gRPC port."""
+
+    def __init__(self, args: list[str], *, grpc_port: int, log_path: Path,
+                 metrics_port: int | None = None) -> None:
+        self.args = args
+        self.grpc_port = grpc_port
+        self.metrics_port = metrics_port
+        self.log_path = log_path
+        self.proc: asyncio.subprocess.Process | None = None
+        self._channel: grpc.aio.Channel | None = None
+
+    async def start(self) -> None:
+        log = self.log_path.open("ab")
+        env = {k: v for k, v in os.environ.items() if k != "OTEL_EXPORTER_OTLP_ENDPOINT"}
+        self.proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "mirrorline", *self.args, stdout=log, stderr=log, env=env)
+        log.close()
+
+    @property
+    def channel(self) -> grpc.aio.Channel:
+        if self._channel is None:
+            self._channel = grpc.aio.insecure_channel(f"127.0.0.1:{self.grpc_port}")
+        return self._channel
+
+    async def health(self) -> int | None:
+        """The overall health status, or None while the server does not answer."""
+        stub = health_pb2_grpc.HealthStub(self.channel)
+        try:
+            reply = await stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=2)
+        except grpc.aio.AioRpcError:
+            return None
+        status: int = reply.status
+        return status
+
+    async def wait_serving(self, timeout: float = 30.0) -> None:
+        deadline = asyncio.get_running_loop().time() + timeout
+        while await self.health() != health_pb2.HealthCheckResponse.SERVING:
+            self._check_alive()
+            if asyncio.get_running_loop().time() > deadline:
+                raise AssertionError(f"{self.args[0]} not SERVING after {timeout}s; log:\n"
+                                     + self.log_tail())
+            await asyncio.sleep(0.2)
+
+    async def replicator_status(self) -> replicator_pb2.ReplicatorStatus:
+        stub = replicator_pb2_grpc.ReplicatorStub(self.channel)
+        status: replicator_pb2.ReplicatorStatus = await stub.GetStatus(
+            replicator_pb2.GetReplicatorStatusRequest(), timeout=5)
+        return status
+
+    def _check_alive(self) -> None:
+        if self.proc is not None and self.proc.returncode is not None:
+            raise AssertionError(f"{self.args[0]} exited with {self.proc.returncode}; log:\n"
+                                 + self.log_tail())
+
+    async def scrape(self) -> str:
+        """The service's Prometheus exposition text."""
+        reader, writer = await asyncio.open_connection("127.0.0.1", self.metrics_port)
+        writer.write(b"GET /metrics HTTP/1.1\r\nHost: test\r\n\r\n")
+        await writer.drain()
+        response = await reader.read()
+        writer.close()
+        return response.split(b"\r\n\r\n", 1)[1].decode()
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return "(no log)"
+
+    async def signal(self, sig: int) -> None:
+        if self.proc is not None and self.proc.returncode is None:
+            self.proc.send_signal(sig)
+
+    async def wait(self, timeout: float = 30.0) -> int:
+        assert self.proc is not None
+        return await asyncio.wait_for(self.proc.wait(), timeout)
+
+    async def close(self) -> None:
+        if self._channel is not None:
+            await self._channel.close()
+            self._channel = None
+        if self.proc is not None and self.proc.returncode is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(self.proc.wait(), 15)
+            except TimeoutError:
+                self.proc.kill()
+                await self.proc.wait()
+
+
+@contextlib.asynccontextmanager
+async def replicator(config: str, tmp: Path, *, name: str = "replicator",
+                     extra: list[str] | None = None, serving: bool = True
+                     ) -> AsyncIterator[ServiceProcess]:
+    """A running `mirrorline replicator` for `config` (waits for SERVING unless told not to)."""
+    path = tmp / f"{name}.properties"
+    path.write_text(config)
+    port, metrics = free_port(), free_port()
+    proc = ServiceProcess(
+        ["replicator", "--config", str(path), "--grpc-port", str(port), "--metrics-port",
+         str(metrics), "--worker-id", name, *(extra or [])],
+        grpc_port=port, log_path=tmp / f"{name}.log", metrics_port=metrics)
+    await proc.start()
+    try:
+        if serving:
+            await proc.wait_serving()
+        yield proc
+    finally:
+        await proc.close()

@@ -1,0 +1,191 @@
+"""How a partition pump reacts when the target refuses records or is briefly unavailable.
+
+The local test broker (Tansu) accepts records of any size and never answers
+MESSAGE_TOO_LARGE, so a real rejection cannot be provoked here. These tests therefore
+use a stand-in for the producer that fails exactly the way aiokafka reports Kafka's
+errors (the only mock in the data-path tests); everything else is the real pump.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiokafka import TopicPartition
+from aiokafka.errors import KafkaConnectionError, MessageSizeTooLargeError
+
+from mirrorline.core.backoff import Backoff
+from mirrorline.replicator.delivery import DeliveryLoop
+from mirrorline.replicator.pump import Delivered, PartitionPump, PumpState
+
+MAX_VALUE = 1000
+
+
+@dataclass
+class Rec:
+    offset: int
+    value: bytes | None
+    key: bytes | None = b"k"
+    timestamp: int = 1_700_000_000_000
+    headers: tuple[tuple[str, bytes], ...] = ()
+    topic: str = "orders"
+    partition: int = 0
+
+
+@dataclass
+class Meta:
+    offset: int
+
+
+@dataclass
+class Batch:
+    capacity: int
+    records: list[tuple[Any, ...]] = field(default_factory=list)
+
+    def append(self, *, timestamp: int, key: bytes | None, value: bytes | None,
+               headers: list[tuple[str, bytes]]) -> object | None:
+        if len(self.records) >= self.capacity:
+            return None
+        self.records.append((key, value, tuple(headers), timestamp))
+        return object()
+
+
+class StandInProducer:
+    """Writes into `log`; refuses a batch holding a value over MAX_VALUE bytes like Kafka
+    (MESSAGE_TOO_LARGE); can fail the next N sends with a connection error."""
+
+    def __init__(self, capacity: int = 4) -> None:
+        self.capacity = capacity
+        self.log: dict[int, list[tuple[Any, ...]]] = {}
+        self.connection_failures = 0
+        self.sends = 0
+
+    def create_batch(self) -> Batch:
+        return Batch(self.capacity)
+
+    async def send_batch(self, batch: Batch, topic: str, *, partition: int
+                         ) -> asyncio.Future[Meta]:
+        self.sends += 1
+        future: asyncio.Future[Meta] = asyncio.get_running_loop().create_future()
+        if self.connection_failures:
+            self.connection_failures -= 1
+            future.set_exception(KafkaConnectionError("broker went away"))
+        elif any(v is not None and len(v) > MAX_VALUE for _, v, _, _ in batch.records):
+            future.set_exception(MessageSizeTooLargeError())
+        else:
+            log = self.log.setdefault(partition, [])
+            future.set_result(Meta(len(log)))
+            log.extend(batch.records)
+        return future
+
+
+class Acks:
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, list[int], int]] = []
+
+    def __call__(self, pump: PartitionPump, delivered: Delivered) -> None:
+        self.calls.append((pump.partition, [r.offset for r in delivered.records],
+                           delivered.base_offset))
+
+
+def pump_for(partition: int = 0) -> PartitionPump:
+    return PartitionPump(flow="primary->backup", source_topic="orders",
+                         target_topic="primary.orders", partition=partition, next_offset=0,
+                         backoff=Backoff(initial=0.01, maximum=0.02))
+
+
+@contextlib.asynccontextmanager
+async def delivering(producer: StandInProducer, *pumps: PartitionPump
+                     ) -> AsyncIterator[Acks]:
+    """The real delivery loop over `pumps`; fetching is a no-op (records are offered)."""
+    acks = Acks()
+
+    async def fetch(timeout_ms: int) -> None:
+        await asyncio.sleep(min(timeout_ms, 10) / 1000)
+
+    loop = DeliveryLoop(producer, {TopicPartition("orders", p.partition): p  # type: ignore[arg-type]
+                                   for p in pumps}, fetch=fetch, on_ack=acks, poll_timeout_ms=10)
+    task = asyncio.create_task(loop.run())
+    try:
+        yield acks
+    finally:
+        await loop.drain(1.0)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def settled(pump: PartitionPump, until: int, timeout: float = 5.0) -> None:
+    async def done() -> None:
+        while (pump.next_offset < until and pump.state is PumpState.RUNNING) or pump.in_flight:  # noqa: ASYNC110 - the pump is plain state, nothing to await
+            await asyncio.sleep(0.01)
+    await asyncio.wait_for(done(), timeout)
+
+
+async def test_a_rejected_record_stops_only_its_partition_after_the_records_before_it() -> None:
+    producer = StandInProducer()
+    bad, good = pump_for(0), pump_for(1)
+    bad.offer([Rec(i, b"x" * (5000 if i == 6 else 10)) for i in range(10)])  # type: ignore[list-item]
+    good.offer([Rec(i, b"y", partition=1) for i in range(10)])  # type: ignore[list-item]
+    async with delivering(producer, bad, good):
+        await settled(bad, 10)
+        await settled(good, 10)
+    assert bad.state is PumpState.ERROR
+    assert bad.error is not None
+    for detail in ("orders", "partition 0", "offset 6"):
+        assert detail in bad.error
+    # Offsets 0..5 made it, in order, exactly once; nothing after the bad record did.
+    assert [v for _, v, _, _ in producer.log[0]] == [b"x" * 10] * 6
+    assert bad.next_offset == 6
+    assert good.state is PumpState.RUNNING and good.next_offset == 10
+    assert len(producer.log[1]) == 10
+
+
+async def test_records_offered_after_the_failure_are_not_sent() -> None:
+    producer = StandInProducer()
+    pump = pump_for()
+    pump.offer([Rec(0, b"ok"), Rec(1, b"z" * 5000)])  # type: ignore[list-item]
+    async with delivering(producer, pump):
+        await settled(pump, 2)
+        pump.offer([Rec(2, b"late")])  # type: ignore[list-item]
+        await asyncio.sleep(0.05)
+    assert pump.state is PumpState.ERROR
+    assert [v for _, v, _, _ in producer.log[0]] == [b"ok"]
+
+
+async def test_a_connection_failure_is_retried_without_loss_or_reordering() -> None:
+    producer = StandInProducer(capacity=3)
+    producer.connection_failures = 2
+    pump = pump_for()
+    pump.offer([Rec(i, str(i).encode()) for i in range(7)])  # type: ignore[list-item]
+    async with delivering(producer, pump) as acks:
+        await settled(pump, 7)
+    assert pump.state is PumpState.RUNNING and pump.error is None
+    assert [v for _, v, _, _ in producer.log[0]] == [str(i).encode() for i in range(7)]
+    assert producer.sends == 3 + 2  # three batches of at most 3, two failed attempts
+    # Acks report where each batch landed downstream.
+    assert acks.calls == [(0, [0, 1, 2], 0), (0, [3, 4, 5], 3), (0, [6], 6)]
+
+
+async def test_one_batch_in_flight_per_partition_keeps_order() -> None:
+    producer = StandInProducer(capacity=2)
+    pump = pump_for()
+    pump.offer([Rec(i, str(i).encode()) for i in range(3)])  # type: ignore[list-item]
+    pump.offer([Rec(i, str(i).encode()) for i in range(3, 6)])  # type: ignore[list-item]
+    async with delivering(producer, pump) as acks:
+        await settled(pump, 6)
+    # Batches fill across fetched chunks, one at a time, in order.
+    assert [offsets for _, offsets, _ in acks.calls] == [[0, 1], [2, 3], [4, 5]]
+    assert [v for _, v, _, _ in producer.log[0]] == [str(i).encode() for i in range(6)]
+
+
+async def test_repeated_records_from_a_refetch_are_not_copied_twice() -> None:
+    producer = StandInProducer()
+    pump = pump_for()
+    pump.offer([Rec(i, b"v") for i in range(3)])  # type: ignore[list-item]
+    pump.offer([Rec(i, b"v") for i in range(1, 5)])  # type: ignore[list-item]
+    async with delivering(producer, pump):
+        await settled(pump, 5)
+    assert len(producer.log[0]) == 5
