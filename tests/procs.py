@@ -20,7 +20,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from mirrorline.dev.brokers import LocalBroker
-from mirrorline.v1 import replicator_pb2, replicator_pb2_grpc
+from mirrorline.v1 import admin_pb2, admin_pb2_grpc, flows_pb2, replicator_pb2, replicator_pb2_grpc
 
 
 def free_port() -> int:
@@ -155,3 +155,90 @@ async def replicator(config: str, tmp: Path, *, name: str = "replicator",
         yield proc
     finally:
         await proc.close()
+
+
+def deployment_config(clusters: Mapping[str, LocalBroker | str],
+                      flows: Mapping[str, Mapping[str, str]] | None = None, **top: str) -> str:
+    """An MM2 file for a controller-run deployment of its own (unique control topics)."""
+    top.setdefault("mirrorline_deployment", f"d{os.urandom(4).hex()}")
+    return mm2_config(clusters, flows or {}, **top)
+
+
+class Deployment:
+    """A controller-run deployment of real processes: controllers and workers."""
+
+    def __init__(self, config: str, tmp: Path, *, lease_ms: int = 2000) -> None:
+        self.path = tmp / "mm2.properties"
+        self.path.write_text(config)
+        self.tmp = tmp
+        self.lease_ms = lease_ms
+        self.controllers: dict[str, ServiceProcess] = {}
+        self.workers: dict[str, ServiceProcess] = {}
+
+    async def controller(self, name: str = "c1", *, wait: bool = True) -> ServiceProcess:
+        port = free_port()
+        proc = ServiceProcess(
+            ["controller", "--config", str(self.path), "--controller-id", name,
+             "--grpc-port", str(port), "--metrics-port", "-1", "--lease-ms",
+             str(self.lease_ms)], grpc_port=port, log_path=self.tmp / f"{name}.log")
+        await proc.start()
+        self.controllers[name] = proc
+        if wait:
+            await proc.wait_serving()
+        return proc
+
+    async def worker(self, name: str) -> ServiceProcess:
+        port = free_port()
+        proc = ServiceProcess(
+            ["replicator", "--worker", "--config", str(self.path), "--worker-id", name,
+             "--grpc-port", str(port), "--metrics-port", "-1"], grpc_port=port,
+            log_path=self.tmp / f"{name}.log")
+        await proc.start()
+        self.workers[name] = proc
+        return proc
+
+    def admin(self, name: str | None = None) -> admin_pb2_grpc.AdminStub:
+        proc = self.controllers[name] if name else next(iter(self.controllers.values()))
+        return admin_pb2_grpc.AdminStub(proc.channel)
+
+    async def leader(self, timeout: float = 30.0) -> str:
+        """The name of the controller that answers the Admin API as leader."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            for name, proc in self.controllers.items():
+                if proc.proc is None or proc.proc.returncode is not None:
+                    continue
+                try:
+                    await admin_pb2_grpc.AdminStub(proc.channel).ListFlows(
+                        admin_pb2.ListFlowsRequest(), timeout=2)
+                    return name
+                except grpc.aio.AioRpcError:
+                    continue
+            if asyncio.get_running_loop().time() > deadline:
+                raise AssertionError("no controller leads; logs:\n" + "\n".join(
+                    p.log_tail(15) for p in self.controllers.values()))
+            await asyncio.sleep(0.2)
+
+    async def status(self) -> admin_pb2.StatusReport:
+        report: admin_pb2.StatusReport = await self.admin(await self.leader()).GetStatus(
+            admin_pb2.GetStatusRequest(), timeout=5)
+        return report
+
+    async def owners(self) -> dict[tuple[str, int], str]:
+        """(topic, partition) -> worker, for partitions reported running."""
+        return {(p.source_topic, p.partition): p.worker_id for p in (await self.status()).partitions
+                if p.state == flows_pb2.PARTITION_STATE_RUNNING}
+
+    async def close(self) -> None:
+        await asyncio.gather(*(p.close() for p in [*self.workers.values(),
+                                                   *self.controllers.values()]))
+
+
+@contextlib.asynccontextmanager
+async def deployment(config: str, tmp: Path, *, lease_ms: int = 2000
+                     ) -> AsyncIterator[Deployment]:
+    d = Deployment(config, tmp, lease_ms=lease_ms)
+    try:
+        yield d
+    finally:
+        await d.close()

@@ -5,7 +5,7 @@ in one cannot take the others down. A child that exits unexpectedly is restarted
 exponential backoff (reset after a minute of healthy running). A child exiting with
 status 2 has found a configuration error: restarting cannot help, so everything stops
 and `run` exits with 2. SIGTERM/SIGINT stop all children (SIGTERM, then SIGKILL after
-the grace period).
+the grace period); if `run` itself is killed, the children get SIGTERM from the kernel.
 """
 
 from __future__ import annotations
@@ -31,6 +31,16 @@ HEALTHY_AFTER_S = 60.0
 class ChildSpec:
     name: str
     args: tuple[str, ...]  # arguments after `python -m mirrorline`
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: get SIGTERM if the supervisor dies without stopping us
+    (killed with SIGKILL, say), so no service outlives `mirrorline run` as an orphan."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
 class Supervisor:
@@ -63,7 +73,8 @@ class Supervisor:
         while not self._stopping.is_set():
             started = time.monotonic()
             proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "mirrorline",
-                                                        *child.args)
+                                                        *child.args,
+                                                        preexec_fn=_die_with_parent)
             self._procs[child.name] = proc
             log.info("%s started (pid %d)", child.name, proc.pid)
             code = await proc.wait()

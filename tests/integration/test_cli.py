@@ -61,31 +61,34 @@ async def test_run_restarts_a_crashed_service_and_stops_everything_on_sigterm(
     await create_topic(primary.bootstrap, topic, 2)
     config = tmp_path / "mm2.properties"
     config.write_text(mm2_config({"primary": primary, "backup": backup},
-                                 {"primary->backup": {"topics": topic}}, nonsense_key="1"))
+                                 {"primary->backup": {"topics": topic}}, nonsense_key="1",
+                                 mirrorline_deployment=unique))
     log = (tmp_path / "run.log").open("wb")
     run = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "mirrorline", "run", "--config", str(config),
-        "--port-offset", "23000", stdout=log, stderr=log)
+        sys.executable, "-m", "mirrorline", "run", "--config", str(config), "--workers", "2",
+        "--port-offset", "23000", "--lease-ms", "2000", stdout=log, stderr=log)
     try:
         await produce(primary.bootstrap, topic, [Record(b"a", partition=i % 2) for i in range(10)])
-        await consume_all(backup.bootstrap, f"primary.{topic}", expected=10)
+        await consume_all(backup.bootstrap, f"primary.{topic}", expected=10, timeout=60)
 
         first = children(run.pid)
-        assert len(first) == 1
-        os.kill(first[0], signal.SIGKILL)
+        assert sorted(first.values()) == ["controller-0", "replicator-0", "replicator-1"]
+        victim = next(pid for pid, role in first.items() if role == "replicator-0")
+        os.kill(victim, signal.SIGKILL)
 
         async def restarted() -> bool:
             now = children(run.pid)
-            return len(now) == 1 and now[0] != first[0]
-        await wait_for(restarted, 30, "the crashed replicator was not restarted")
+            return sorted(now.values()) == sorted(first.values()) and victim not in now
+        await wait_for(restarted, 30, "the crashed worker was not restarted")
         await produce(primary.bootstrap, topic, [Record(b"b", partition=i % 2) for i in range(10)])
-        mirrored = await consume_all(backup.bootstrap, f"primary.{topic}", expected=20)
+        mirrored = await consume_all(backup.bootstrap, f"primary.{topic}", expected=20,
+                                     timeout=60)
         assert sorted(r.value for rs in mirrored.values() for r in rs).count(b"b") == 10
 
-        second = children(run.pid)[0]
+        running = children(run.pid)
         run.send_signal(signal.SIGTERM)
-        assert await asyncio.wait_for(run.wait(), 40) == 0
-        assert not is_alive(second)
+        assert await asyncio.wait_for(run.wait(), 60) == 0
+        assert not any(is_alive(pid) for pid in running)
     finally:
         if run.returncode is None:
             run.kill()
@@ -96,6 +99,13 @@ async def test_run_restarts_a_crashed_service_and_stops_everything_on_sigterm(
     assert "restarting in" in text
 
 
-def children(pid: int) -> list[int]:
+def children(pid: int) -> dict[int, str]:
+    """Child pid -> the service it runs (its --worker-id / --controller-id)."""
     path = Path(f"/proc/{pid}/task/{pid}/children")
-    return [int(p) for p in path.read_text().split()] if path.exists() else []
+    found: dict[int, str] = {}
+    for child in (path.read_text().split() if path.exists() else []):
+        args = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+        for flag in (b"--worker-id", b"--controller-id"):
+            if flag in args:
+                found[int(child)] = args[args.index(flag) + 1].decode()
+    return found

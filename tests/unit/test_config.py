@@ -721,7 +721,17 @@ def test_unknown_keys_are_named() -> None:
     assert "Mirrorline setting" in warnings["mirrorline.future.setting"].message
     assert "not listed in clusters" in warnings["c.bootstrap.servers"].message
     assert "line 4: topcis: " in str(warnings["topcis"])
-    assert not MIRRORLINE_KEYS
+    assert {"mirrorline.deployment"} == MIRRORLINE_KEYS
+
+
+def test_the_deployment_name_is_read_and_checked() -> None:
+    assert load("mirrorline.deployment = eu-dr").deployment == "eu-dr"
+    assert load("").deployment is None
+    assert not [w for w in load("mirrorline.deployment = eu-dr").warnings
+                if w.key == "mirrorline.deployment"]
+    with pytest.raises(ConfigError) as err:
+        load("mirrorline.deployment = eu dr")
+    assert "mirrorline.deployment" in str(err.value)
 
 
 @pytest.mark.parametrize("key", ["tasks.max", "key.converter", "value.converter.schemas.enable",

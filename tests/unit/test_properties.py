@@ -153,3 +153,11 @@ _TEXT = st.text(alphabet=st.characters(exclude_categories=("Cs",)), max_size=30)
 def test_round_trip_with_java_store_escaping(key: str, value: str) -> None:
     line = f"{_java_escape(key, is_key=True)}={_java_escape(value, is_key=False)}"
     assert parse_properties(line) == [Property(key, value, 1)]
+
+
+@given(st.text(min_size=1).filter(lambda k: k.strip() == k and k != ""), st.text())
+def test_format_property_round_trips(key: str, value: str) -> None:
+    from mirrorline.core.properties import format_property
+
+    parsed = parse_properties(format_property(key, value))
+    assert [(p.key, p.value) for p in parsed] == [(key, value)]

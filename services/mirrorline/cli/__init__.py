@@ -12,6 +12,7 @@ from collections.abc import Sequence
 _COMMAND_MODULES = (
     "mirrorline.cli.services",
     "mirrorline.cli.dev",
+    "mirrorline.cli.admin",
 )
 
 

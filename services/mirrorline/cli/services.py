@@ -9,6 +9,7 @@ import sys
 import uuid
 from typing import Any
 
+from mirrorline.controller.service import DEFAULT_LEASE_MS
 from mirrorline.core.config import load_config
 from mirrorline.core.errors import ConfigError
 from mirrorline.core.settings import MirrorSettings
@@ -43,17 +44,40 @@ def _common(parser: argparse.ArgumentParser) -> None:
 def register(subparsers: Any) -> None:
     rep = subparsers.add_parser("replicator", help="run a replicator process")
     _common(rep)
+    rep.add_argument("--worker", action="store_true",
+                     help="copy what the controller assigns (default: every enabled flow, "
+                          "standalone)")
     rep.add_argument("--worker-id", default=None, help="name of this worker (default: random)")
-    rep.add_argument("--grpc-port", type=int, default=GRPC_PORTS["replicator"])
-    rep.add_argument("--metrics-port", type=int, default=METRICS_PORTS["replicator"],
-                     help="Prometheus /metrics port (-1 disables)")
+    _ports(rep, "replicator")
     rep.set_defaults(handler=_replicator)
+
+    ctl = subparsers.add_parser("controller", help="run a controller (Admin API, assignment)")
+    _common(ctl)
+    ctl.add_argument("--controller-id", default=None,
+                     help="name of this controller (default: random)")
+    _ports(ctl, "controller")
+    ctl.add_argument("--lease-ms", type=int, default=DEFAULT_LEASE_MS,
+                     help="controller and worker lease (default %(default)s ms)")
+    ctl.set_defaults(handler=_controller)
 
     run = subparsers.add_parser("run", help="start this deployment's services as processes")
     _common(run)
+    run.add_argument("--workers", type=int, default=2, metavar="N",
+                     help="replicator workers to start (default 2)")
     run.add_argument("--port-offset", type=int, default=0, metavar="N",
                      help="add N to every service's default gRPC and metrics port")
+    run.add_argument("--lease-ms", type=int, default=DEFAULT_LEASE_MS,
+                     help="controller and worker lease (default %(default)s ms)")
     run.set_defaults(handler=_run)
+
+
+def _ports(parser: argparse.ArgumentParser, service: str) -> None:
+    parser.add_argument("--grpc-port", type=int, default=GRPC_PORTS[service])
+    parser.add_argument("--metrics-port", type=int, default=METRICS_PORTS[service],
+                        help="Prometheus /metrics port (-1 disables)")
+    parser.add_argument("--advertise", default=None, metavar="HOST:PORT",
+                        help="gRPC address other services use to reach this one "
+                             "(default: 127.0.0.1:<grpc port>)")
 
 
 def _replicator(args: argparse.Namespace) -> int:
@@ -68,10 +92,26 @@ def _replicator(args: argparse.Namespace) -> int:
         return run_service(lambda: ReplicatorService(
             settings, worker_id=worker, targets=args.clusters, grpc_host=args.bind,
             grpc_port=args.grpc_port, metrics_host=args.bind,
-            metrics_port=None if args.metrics_port < 0 else args.metrics_port))
+            metrics_port=None if args.metrics_port < 0 else args.metrics_port,
+            worker=args.worker, advertise=args.advertise))
     except ConfigError as exc:
         print(f"mirrorline: configuration error: {exc}", file=sys.stderr)
         return 2
+
+
+def _controller(args: argparse.Namespace) -> int:
+    configure_logging("controller", args.log_level)
+    settings = load_settings(args.config)
+    if settings is None:
+        return 2
+    from mirrorline.controller.service import ControllerService
+
+    controller_id = args.controller_id or f"controller-{uuid.uuid4().hex[:6]}"
+    return run_service(lambda: ControllerService(
+        settings, controller_id=controller_id, targets=args.clusters, grpc_host=args.bind,
+        grpc_port=args.grpc_port, advertise=args.advertise, metrics_host=args.bind,
+        metrics_port=None if args.metrics_port < 0 else args.metrics_port,
+        lease_ms=args.lease_ms, worker_lease_ms=args.lease_ms))
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -88,10 +128,18 @@ def _run(args: argparse.Namespace) -> int:
     common = ["--config", args.config, "--bind", args.bind, "--log-level", args.log_level]
     if args.clusters:
         common += ["--clusters", *args.clusters]
-    def ports(service: str) -> tuple[str, ...]:
-        return ("--grpc-port", str(GRPC_PORTS[service] + args.port_offset),
-                "--metrics-port", str(METRICS_PORTS[service] + args.port_offset))
+    def ports(service: str, index: int = 0) -> tuple[str, ...]:
+        return ("--grpc-port", str(GRPC_PORTS[service] + args.port_offset + index),
+                "--metrics-port", str(METRICS_PORTS[service] + args.port_offset + index))
 
-    children = [ChildSpec("replicator", ("replicator", *common, *ports("replicator"),
-                                         "--worker-id", "replicator-0"))]
+    if args.workers < 1:
+        print("mirrorline: --workers must be at least 1", file=sys.stderr)
+        return 2
+    children = [ChildSpec("controller", ("controller", *common, *ports("controller"),
+                                         "--controller-id", "controller-0",
+                                         "--lease-ms", str(args.lease_ms)))]
+    children += [ChildSpec(f"replicator-{i}", ("replicator", "--worker", *common,
+                                               *ports("replicator", i),
+                                               "--worker-id", f"replicator-{i}"))
+                 for i in range(args.workers)]
     return asyncio.run(Supervisor(children).run())

@@ -98,9 +98,10 @@ DEFAULTS: Final[Mapping[str, str]] = MappingProxyType({
     **{key: ours for key, (_mm2, ours, _why) in MIRRORLINE_DEFAULT_OVERRIDES.items()},
 })
 
-#: Mirrorline's own settings live under `mirrorline.`; none exist yet. Later features add
-#: their keys here, so an unknown `mirrorline.*` key (a typo) is still reported.
-MIRRORLINE_KEYS: Final[frozenset[str]] = frozenset()
+#: Mirrorline's own settings live under `mirrorline.`; an unknown `mirrorline.*` key (a typo)
+#: is still reported. `mirrorline.deployment` names the deployment, so that several can share
+#: a home cluster: it prefixes the control-plane topics.
+MIRRORLINE_KEYS: Final[frozenset[str]] = frozenset({"mirrorline.deployment"})
 
 #: Connect-worker keys that Mirrorline honours; they resolve flow > target cluster > top level.
 WORKER_KEYS: Final = frozenset({"offset.storage.replication.factor", "offset.flush.interval.ms"})

@@ -179,7 +179,17 @@ class _Loader:
                                 clusters_entry)
         return MirrorSettings(source_path=self.source, clusters=clusters, flows=flows,
                               warnings=tuple(self.warnings),
-                              raw=_Redacted({k: e.value for k, e in self.raw.items()}))
+                              raw=_Redacted({k: e.value for k, e in self.raw.items()}),
+                              deployment=self._deployment(layers))
+
+    def _deployment(self, layers: Layers) -> str | None:
+        entry = layers.top.get("mirrorline.deployment")
+        if entry is None or not entry.value:
+            return None
+        problem = values.alias_problem(entry.value)
+        if problem is not None:
+            raise self.error(entry, entry.key, problem.replace("alias", "deployment name"))
+        return entry.value
 
     def _aliases(self) -> tuple[tuple[str, ...], Property]:
         entry = next((e for e in self.entries if e.key == "clusters"), None)

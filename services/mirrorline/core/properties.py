@@ -169,3 +169,32 @@ def _unescape(text: str, *, line: int, source: str | None, key: str | None) -> s
         # pairs (lone surrogates survive unchanged, as in Java).
         decoded = decoded.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
     return decoded
+
+
+def format_property(key: str, value: str) -> str:
+    """One `key = value` line that `parse_properties` reads back exactly as given."""
+    return f"{_escape(key, key=True)} = {_escape(value, key=False)}"
+
+
+def _escape(text: str, *, key: bool) -> str:
+    out = []
+    for i, ch in enumerate(text):
+        if ch == "\\":
+            out.append("\\\\")
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch == "\r":
+            out.append("\\r")
+        elif ch == "\t":
+            out.append("\\t")
+        elif ch == "\f":
+            out.append("\\f")
+        elif ch == " " and (key or i == 0):
+            out.append("\\ ")
+        elif (ch in "=:" and key) or (ch in "#!" and (key or i == 0)):
+            out.append("\\" + ch)
+        elif ord(ch) < 0x20 or 0x7f <= ord(ch) <= 0x9f:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    return "".join(out)

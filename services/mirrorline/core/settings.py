@@ -126,6 +126,8 @@ class MirrorSettings:
     warnings: tuple[ConfigWarning, ...] = ()
     #: The raw properties exactly as read (after continuation/escape handling).
     raw: Mapping[str, str] = field(default_factory=dict)
+    #: `mirrorline.deployment`: names this deployment's control-plane topics (None: default).
+    deployment: str | None = None
 
     def enabled_flows(self, targets: tuple[str, ...] | None = None) -> list[FlowSettings]:
         """Enabled flows, optionally only those whose target is in `targets` (like `--clusters`)."""

@@ -123,7 +123,12 @@ async def run_demo(workdir: Path, *, timeout: float = 180.0) -> int:
         ok = await watch(primary, backup, timeout=timeout)
         if not ok:
             print(f"see {log.name}", file=sys.stderr)
-        return 0 if ok else 1
+            return 1
+        print("\nthe control plane's view -- mirrorline admin status:", flush=True)
+        admin = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "mirrorline", "admin", "status")
+        await admin.wait()
+        return 0
     finally:
         if run is not None and run.returncode is None:
             print("stopping mirrorline run...", flush=True)

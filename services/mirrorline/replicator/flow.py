@@ -18,7 +18,6 @@ import functools
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError, OffsetOutOfRangeError
@@ -36,11 +35,20 @@ from mirrorline.replicator.metrics import PartitionMetrics, ReplicationMetrics
 from mirrorline.replicator.progress import ProgressStore
 from mirrorline.replicator.pump import Delivered, PartitionPump, PumpState
 from mirrorline.replicator.sync_sender import OffsetSyncSender
+from mirrorline.v1 import flows_pb2
 
 log = logging.getLogger(__name__)
 
 #: Fetch for a partition pauses while this many fetched chunks wait in its pump.
 MAX_BACKLOG_CHUNKS = 4
+
+
+_PARTITION_STATES = {
+    PumpState.RUNNING: flows_pb2.PARTITION_STATE_RUNNING,
+    PumpState.PAUSED: flows_pb2.PARTITION_STATE_PAUSED,
+    PumpState.ERROR: flows_pb2.PARTITION_STATE_ERROR,
+    PumpState.STOPPED: flows_pb2.PARTITION_STATE_PAUSED,
+}
 
 
 class FlowState(enum.Enum):
@@ -51,31 +59,11 @@ class FlowState(enum.Enum):
     STOPPED = "stopped"
 
 
-@dataclass(frozen=True)
-class PartitionView:
-    """What GetStatus reports for one partition."""
-
-    flow: str
-    source_topic: str
-    target_topic: str
-    partition: int
-    source_end_offset: int | None
-    next_offset: int
-    state: str
-    error: str | None
-    records_replicated: int
-    last_latency_ms: float | None
-
-    @property
-    def lag(self) -> int | None:
-        if self.source_end_offset is None:
-            return None
-        return max(0, self.source_end_offset - self.next_offset)
-
-
 class FlowReplicator:
     def __init__(self, flow: FlowSettings, *, worker_id: str, metrics: ReplicationMetrics,
                  tracer: Tracer, discover: bool = True) -> None:
+        """`discover=False`: a controller decides the partitions (`set_partitions`), and
+        progress is re-read whenever partitions arrive (another worker may have moved it)."""
         self.flow = flow
         self.policy = make_policy(flow.policy, flow.source)
         self.worker_id = worker_id
@@ -95,6 +83,8 @@ class FlowReplicator:
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
         self._lock = asyncio.Lock()
+        self.paused = False
+        self.ready = asyncio.Event()
         # Clients, created in start().
         self._consumer: AIOKafkaConsumer | None = None
         self._producer: AIOKafkaProducer | None = None
@@ -129,6 +119,7 @@ class FlowReplicator:
         if self._stopping:
             return
         self.state, self.error = FlowState.RUNNING, None
+        self.ready.set()
         assert self._progress is not None
         self._progress.start()
         assert self._producer is not None
@@ -219,13 +210,42 @@ class FlowReplicator:
 
     async def set_topics(self, topics: Mapping[str, RemoteTopic]) -> None:
         """Own exactly the partitions of `topics` (source topic -> remote topic)."""
-        wanted = {
+        await self.set_partitions({
             TopicPartition(source, p): remote.name
             for source, remote in topics.items()
             for p in range(remote.partitions)
-        }
+        })
+
+    async def set_partitions(self, wanted: Mapping[TopicPartition, str]) -> None:
+        """Own exactly `wanted` (source partition -> remote topic). Partitions let go are
+        stopped after their last batch settled, with their progress durable on return."""
         async with self._lock:
+            if not self._discover and any(tp not in self._pumps for tp in wanted):
+                assert self._progress is not None
+                self._saved = await self._progress.load()
             await self._reassign(wanted)
+            if self._progress is not None:
+                await self._progress.flush()
+
+    def pause(self) -> None:
+        self.paused = True
+        for pump in self._pumps.values():
+            pump.pause()
+        if self._consumer is not None and self._pumps:
+            self._consumer.pause(*self._pumps)
+        if self.state is FlowState.RUNNING:
+            self.state = FlowState.PAUSED
+
+    def resume(self) -> None:
+        self.paused = False
+        for tp, pump in self._pumps.items():
+            pump.resume()
+            if self._consumer is not None:
+                self._consumer.seek(tp, pump.fetch_position)
+        if self._consumer is not None and self._pumps:
+            self._consumer.resume(*(tp for tp in self._pumps if tp not in self._throttled))
+        if self.state is FlowState.PAUSED:
+            self.state = FlowState.RUNNING
 
     async def _reassign(self, wanted: Mapping[TopicPartition, str]) -> None:
         consumer = self._consumer
@@ -239,6 +259,8 @@ class FlowReplicator:
         starts = await self._start_offsets(added)
         for tp in added:
             self._add_pump(tp, wanted[tp], starts[tp])
+            if self.paused:
+                self._pumps[tp].pause()
         consumer.assign(list(self._pumps))
         for tp, pump in self._pumps.items():
             consumer.seek(tp, pump.fetch_position)
@@ -415,21 +437,28 @@ class FlowReplicator:
                     self._sync_sender.wake()
 
     # -- status -----------------------------------------------------------------------
-    def partitions(self) -> list[PartitionView]:
-        now_ms = time.time() * 1000.0
+    def partitions(self) -> list[flows_pb2.PartitionStatus]:
+        """Every owned partition as GetStatus and the worker heartbeats report it."""
+        now = time.time()
         views = []
         for tp, pump in sorted(self._pumps.items(), key=lambda kv: (kv[0].topic, kv[0].partition)):
             high = self._consumer.highwater(tp) if self._consumer is not None else None
-            latency = (now_ms - pump.last_ack_record_ts
-                       if pump.last_ack_record_ts is not None else None)
-            views.append(PartitionView(
+            lag = None if high is None else max(0, high - pump.next_offset)
+            last = pump.last_ack_record_ts
+            latency = now * 1000.0 - last if last is not None else -1.0
+            metrics = self._pump_metrics.get(tp)
+            views.append(flows_pb2.PartitionStatus(
                 flow=self.name, source_topic=tp.topic, target_topic=pump.target_topic,
-                partition=tp.partition, source_end_offset=high, next_offset=pump.next_offset,
-                state=pump.state.value, error=pump.error,
-                records_replicated=pump.records_replicated,
-                last_latency_ms=latency))
+                partition=tp.partition, source_end_offset=-1 if high is None else high,
+                next_offset=pump.next_offset, lag_records=-1 if lag is None else lag,
+                last_replication_latency_ms=latency,
+                lag_ms=0.0 if lag == 0 else (latency if lag is not None and last else -1.0),
+                state=_PARTITION_STATES[pump.state], error=pump.error or "",
+                records_replicated=pump.records_replicated, worker_id=self.worker_id,
+                records_per_second=metrics.records.rate(now, of_count=True) if metrics else 0.0,
+                bytes_per_second=metrics.value_bytes.rate(now) if metrics else 0.0))
         return views
 
     @property
     def healthy(self) -> bool:
-        return self.state is FlowState.RUNNING
+        return self.state in (FlowState.RUNNING, FlowState.PAUSED)

@@ -140,6 +140,18 @@ class PartitionPump:
         self._drop_queued()
         self.fetch_position = self.next_offset
 
+    def pause(self) -> None:
+        """Stop sending (what is queued is fetched again on resume); positions stay."""
+        if self.state is PumpState.RUNNING:
+            self._drop_queued()
+            self.fetch_position = self.next_offset
+            self.state = PumpState.PAUSED
+
+    def resume(self) -> None:
+        if self.state is PumpState.PAUSED:
+            self.fetch_position = self.next_offset
+            self.state = PumpState.RUNNING
+
     def stop(self) -> None:
         """Send nothing more; what is queued is fetched again by whoever resumes."""
         self._drop_queued()

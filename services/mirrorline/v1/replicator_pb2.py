@@ -22,29 +22,24 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from mirrorline.v1 import flows_pb2 as mirrorline_dot_v1_dot_flows__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1emirrorline/v1/replicator.proto\x12\rmirrorline.v1\"\x1c\n\x1aGetReplicatorStatusRequest\"\xc4\x01\n\x10ReplicatorStatus\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0f\n\x07serving\x18\x02 \x01(\x08\x12.\n\x08\x63lusters\x18\x03 \x03(\x0b\x32\x1c.mirrorline.v1.ClusterHealth\x12\x32\n\npartitions\x18\x04 \x03(\x0b\x32\x1e.mirrorline.v1.PartitionStatus\x12(\n\x05\x66lows\x18\x05 \x03(\x0b\x32\x19.mirrorline.v1.FlowStatus\"@\n\rClusterHealth\x12\r\n\x05\x61lias\x18\x01 \x01(\t\x12\x11\n\treachable\x18\x02 \x01(\x08\x12\r\n\x05\x65rror\x18\x03 \x01(\t\"f\n\nFlowStatus\x12\x0c\n\x04\x66low\x18\x01 \x01(\t\x12\'\n\x05state\x18\x02 \x01(\x0e\x32\x18.mirrorline.v1.FlowState\x12\r\n\x05\x65rror\x18\x03 \x01(\t\x12\x12\n\npartitions\x18\x04 \x01(\x05\"\xa1\x02\n\x0fPartitionStatus\x12\x0c\n\x04\x66low\x18\x01 \x01(\t\x12\x14\n\x0csource_topic\x18\x02 \x01(\t\x12\x14\n\x0ctarget_topic\x18\x03 \x01(\t\x12\x11\n\tpartition\x18\x04 \x01(\x05\x12\x19\n\x11source_end_offset\x18\x05 \x01(\x03\x12\x13\n\x0bnext_offset\x18\x06 \x01(\x03\x12\x13\n\x0blag_records\x18\x07 \x01(\x03\x12#\n\x1blast_replication_latency_ms\x18\x08 \x01(\x01\x12,\n\x05state\x18\t \x01(\x0e\x32\x1d.mirrorline.v1.PartitionState\x12\r\n\x05\x65rror\x18\n \x01(\t\x12\x1a\n\x12records_replicated\x18\x0b \x01(\x03*\x85\x01\n\tFlowState\x12\x1a\n\x16\x46LOW_STATE_UNSPECIFIED\x10\x00\x12\x17\n\x13\x46LOW_STATE_STARTING\x10\x01\x12\x16\n\x12\x46LOW_STATE_RUNNING\x10\x02\x12\x15\n\x11\x46LOW_STATE_PAUSED\x10\x03\x12\x14\n\x10\x46LOW_STATE_ERROR\x10\x04*\xa3\x01\n\x0ePartitionState\x12\x1f\n\x1bPARTITION_STATE_UNSPECIFIED\x10\x00\x12\x1c\n\x18PARTITION_STATE_STARTING\x10\x01\x12\x1b\n\x17PARTITION_STATE_RUNNING\x10\x02\x12\x1a\n\x16PARTITION_STATE_PAUSED\x10\x03\x12\x19\n\x15PARTITION_STATE_ERROR\x10\x04\x32\x65\n\nReplicator\x12W\n\tGetStatus\x12).mirrorline.v1.GetReplicatorStatusRequest\x1a\x1f.mirrorline.v1.ReplicatorStatusb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1emirrorline/v1/replicator.proto\x12\rmirrorline.v1\x1a\x19mirrorline/v1/flows.proto\"\x1c\n\x1aGetReplicatorStatusRequest\"\xc4\x01\n\x10ReplicatorStatus\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0f\n\x07serving\x18\x02 \x01(\x08\x12.\n\x08\x63lusters\x18\x03 \x03(\x0b\x32\x1c.mirrorline.v1.ClusterHealth\x12\x32\n\npartitions\x18\x04 \x03(\x0b\x32\x1e.mirrorline.v1.PartitionStatus\x12(\n\x05\x66lows\x18\x05 \x03(\x0b\x32\x19.mirrorline.v1.FlowStatus\"@\n\rClusterHealth\x12\r\n\x05\x61lias\x18\x01 \x01(\t\x12\x11\n\treachable\x18\x02 \x01(\x08\x12\r\n\x05\x65rror\x18\x03 \x01(\t\"f\n\nFlowStatus\x12\x0c\n\x04\x66low\x18\x01 \x01(\t\x12\'\n\x05state\x18\x02 \x01(\x0e\x32\x18.mirrorline.v1.FlowState\x12\r\n\x05\x65rror\x18\x03 \x01(\t\x12\x12\n\npartitions\x18\x04 \x01(\x05\x32\x65\n\nReplicator\x12W\n\tGetStatus\x12).mirrorline.v1.GetReplicatorStatusRequest\x1a\x1f.mirrorline.v1.ReplicatorStatusb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'mirrorline.v1.replicator_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_FLOWSTATE']._serialized_start=741
-  _globals['_FLOWSTATE']._serialized_end=874
-  _globals['_PARTITIONSTATE']._serialized_start=877
-  _globals['_PARTITIONSTATE']._serialized_end=1040
-  _globals['_GETREPLICATORSTATUSREQUEST']._serialized_start=49
-  _globals['_GETREPLICATORSTATUSREQUEST']._serialized_end=77
-  _globals['_REPLICATORSTATUS']._serialized_start=80
-  _globals['_REPLICATORSTATUS']._serialized_end=276
-  _globals['_CLUSTERHEALTH']._serialized_start=278
-  _globals['_CLUSTERHEALTH']._serialized_end=342
-  _globals['_FLOWSTATUS']._serialized_start=344
-  _globals['_FLOWSTATUS']._serialized_end=446
-  _globals['_PARTITIONSTATUS']._serialized_start=449
-  _globals['_PARTITIONSTATUS']._serialized_end=738
-  _globals['_REPLICATOR']._serialized_start=1042
-  _globals['_REPLICATOR']._serialized_end=1143
+  _globals['_GETREPLICATORSTATUSREQUEST']._serialized_start=76
+  _globals['_GETREPLICATORSTATUSREQUEST']._serialized_end=104
+  _globals['_REPLICATORSTATUS']._serialized_start=107
+  _globals['_REPLICATORSTATUS']._serialized_end=303
+  _globals['_CLUSTERHEALTH']._serialized_start=305
+  _globals['_CLUSTERHEALTH']._serialized_end=369
+  _globals['_FLOWSTATUS']._serialized_start=371
+  _globals['_FLOWSTATUS']._serialized_end=473
+  _globals['_REPLICATOR']._serialized_start=475
+  _globals['_REPLICATOR']._serialized_end=576
 # @@protoc_insertion_point(module_scope)

@@ -7,7 +7,7 @@ from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
-from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from mirrorline.v1 import flows_pb2 as _flows_pb2
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -18,48 +18,6 @@ else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
 DESCRIPTOR: _descriptor.FileDescriptor
-
-class _FlowState:
-    ValueType = _typing.NewType("ValueType", _builtins.int)
-    V: _TypeAlias = ValueType  # noqa: Y015
-
-class _FlowStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_FlowState.ValueType], _builtins.type):
-    DESCRIPTOR: _descriptor.EnumDescriptor
-    FLOW_STATE_UNSPECIFIED: _FlowState.ValueType  # 0
-    FLOW_STATE_STARTING: _FlowState.ValueType  # 1
-    FLOW_STATE_RUNNING: _FlowState.ValueType  # 2
-    FLOW_STATE_PAUSED: _FlowState.ValueType  # 3
-    FLOW_STATE_ERROR: _FlowState.ValueType  # 4
-
-class FlowState(_FlowState, metaclass=_FlowStateEnumTypeWrapper): ...
-
-FLOW_STATE_UNSPECIFIED: FlowState.ValueType  # 0
-FLOW_STATE_STARTING: FlowState.ValueType  # 1
-FLOW_STATE_RUNNING: FlowState.ValueType  # 2
-FLOW_STATE_PAUSED: FlowState.ValueType  # 3
-FLOW_STATE_ERROR: FlowState.ValueType  # 4
-Global___FlowState: _TypeAlias = FlowState  # noqa: Y015
-
-class _PartitionState:
-    ValueType = _typing.NewType("ValueType", _builtins.int)
-    V: _TypeAlias = ValueType  # noqa: Y015
-
-class _PartitionStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_PartitionState.ValueType], _builtins.type):
-    DESCRIPTOR: _descriptor.EnumDescriptor
-    PARTITION_STATE_UNSPECIFIED: _PartitionState.ValueType  # 0
-    PARTITION_STATE_STARTING: _PartitionState.ValueType  # 1
-    PARTITION_STATE_RUNNING: _PartitionState.ValueType  # 2
-    PARTITION_STATE_PAUSED: _PartitionState.ValueType  # 3
-    PARTITION_STATE_ERROR: _PartitionState.ValueType  # 4
-
-class PartitionState(_PartitionState, metaclass=_PartitionStateEnumTypeWrapper): ...
-
-PARTITION_STATE_UNSPECIFIED: PartitionState.ValueType  # 0
-PARTITION_STATE_STARTING: PartitionState.ValueType  # 1
-PARTITION_STATE_RUNNING: PartitionState.ValueType  # 2
-PARTITION_STATE_PAUSED: PartitionState.ValueType  # 3
-PARTITION_STATE_ERROR: PartitionState.ValueType  # 4
-Global___PartitionState: _TypeAlias = PartitionState  # noqa: Y015
 
 @_typing.final
 class GetReplicatorStatusRequest(_message.Message):
@@ -91,7 +49,7 @@ class ReplicatorStatus(_message.Message):
     @_builtins.property
     def clusters(self) -> _containers.RepeatedCompositeFieldContainer[Global___ClusterHealth]: ...
     @_builtins.property
-    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___PartitionStatus]: ...
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[_flows_pb2.PartitionStatus]: ...
     @_builtins.property
     def flows(self) -> _containers.RepeatedCompositeFieldContainer[Global___FlowStatus]: ...
     def __init__(
@@ -100,7 +58,7 @@ class ReplicatorStatus(_message.Message):
         worker_id: _builtins.str = ...,
         serving: _builtins.bool = ...,
         clusters: _abc.Iterable[Global___ClusterHealth] | None = ...,
-        partitions: _abc.Iterable[Global___PartitionStatus] | None = ...,
+        partitions: _abc.Iterable[_flows_pb2.PartitionStatus] | None = ...,
         flows: _abc.Iterable[Global___FlowStatus] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
@@ -147,7 +105,7 @@ class FlowStatus(_message.Message):
     PARTITIONS_FIELD_NUMBER: _builtins.int
     flow: _builtins.str
     """"source->target" """
-    state: Global___FlowState.ValueType
+    state: _flows_pb2.FlowState.ValueType
     error: _builtins.str
     """why the flow is not running (empty when running)"""
     partitions: _builtins.int
@@ -155,7 +113,7 @@ class FlowStatus(_message.Message):
         self,
         *,
         flow: _builtins.str = ...,
-        state: Global___FlowState.ValueType = ...,
+        state: _flows_pb2.FlowState.ValueType = ...,
         error: _builtins.str = ...,
         partitions: _builtins.int = ...,
     ) -> None: ...
@@ -166,58 +124,3 @@ class FlowStatus(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___FlowStatus: _TypeAlias = FlowStatus  # noqa: Y015
-
-@_typing.final
-class PartitionStatus(_message.Message):
-    DESCRIPTOR: _descriptor.Descriptor
-
-    FLOW_FIELD_NUMBER: _builtins.int
-    SOURCE_TOPIC_FIELD_NUMBER: _builtins.int
-    TARGET_TOPIC_FIELD_NUMBER: _builtins.int
-    PARTITION_FIELD_NUMBER: _builtins.int
-    SOURCE_END_OFFSET_FIELD_NUMBER: _builtins.int
-    NEXT_OFFSET_FIELD_NUMBER: _builtins.int
-    LAG_RECORDS_FIELD_NUMBER: _builtins.int
-    LAST_REPLICATION_LATENCY_MS_FIELD_NUMBER: _builtins.int
-    STATE_FIELD_NUMBER: _builtins.int
-    ERROR_FIELD_NUMBER: _builtins.int
-    RECORDS_REPLICATED_FIELD_NUMBER: _builtins.int
-    flow: _builtins.str
-    """"source->target" """
-    source_topic: _builtins.str
-    target_topic: _builtins.str
-    partition: _builtins.int
-    source_end_offset: _builtins.int
-    """High watermark of the source partition as last seen in a fetch response; -1 if unknown."""
-    next_offset: _builtins.int
-    """The next source offset to copy: everything below it is acknowledged by the target."""
-    lag_records: _builtins.int
-    """source_end_offset - next_offset, or -1 while the end offset is unknown."""
-    last_replication_latency_ms: _builtins.float
-    """now - timestamp of the last record acknowledged by the target, in milliseconds; -1 if none yet."""
-    state: Global___PartitionState.ValueType
-    error: _builtins.str
-    records_replicated: _builtins.int
-    """since this process started"""
-    def __init__(
-        self,
-        *,
-        flow: _builtins.str = ...,
-        source_topic: _builtins.str = ...,
-        target_topic: _builtins.str = ...,
-        partition: _builtins.int = ...,
-        source_end_offset: _builtins.int = ...,
-        next_offset: _builtins.int = ...,
-        lag_records: _builtins.int = ...,
-        last_replication_latency_ms: _builtins.float = ...,
-        state: Global___PartitionState.ValueType = ...,
-        error: _builtins.str = ...,
-        records_replicated: _builtins.int = ...,
-    ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
-    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "flow", b"flow", "lag_records", b"lag_records", "last_replication_latency_ms", b"last_replication_latency_ms", "next_offset", b"next_offset", "partition", b"partition", "records_replicated", b"records_replicated", "source_end_offset", b"source_end_offset", "source_topic", b"source_topic", "state", b"state", "target_topic", b"target_topic"]  # noqa: Y015
-    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
-
-Global___PartitionStatus: _TypeAlias = PartitionStatus  # noqa: Y015

@@ -1,0 +1,601 @@
+"""`mirrorline admin ...`: a thin client of the controller's Admin API.
+
+The API is `proto/mirrorline/v1/admin.proto`. This module parses arguments, builds requests
+(`build_create_request`, `build_update_request`), calls the controller with the synchronous
+gRPC API and prints the answer: a table (`mirrorline.cli.admin_format`) or, with
+`--output json`, one JSON document per response.
+
+A controller that is not the leader answers UNAVAILABLE with the trailing metadata
+`leader-address`; every call is then retried once against that address
+(`leader_redirect` decides). Failures print `mirrorline: <CODE NAME>: <server message>`, or
+`mirrorline: cannot reach the controller at HOST:PORT (...)`, and exit with status 1;
+argument errors exit with argparse's status 2.
+
+The options `--server`, `--output` and `--timeout` are accepted after `admin` and after any
+of its subcommands (`mirrorline admin flows list --output json`); the last one given wins.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, TypeVar, cast
+
+import grpc
+from google.protobuf.message import Message
+
+from mirrorline.cli.admin_format import (
+    format_deleted,
+    format_flow,
+    format_flows,
+    format_import,
+    format_status,
+    format_workers,
+    to_json,
+)
+from mirrorline.ports import GRPC_PORTS
+from mirrorline.v1 import admin_pb2, admin_pb2_grpc, flows_pb2
+
+__all__ = [
+    "DEFAULT_SERVER",
+    "LEADER_ADDRESS_KEY",
+    "POLICY_CLASSES",
+    "SERVER_ENV",
+    "AdminError",
+    "RequestError",
+    "build_create_request",
+    "build_update_request",
+    "flow_properties",
+    "leader_redirect",
+    "parse_flow_name",
+    "parse_property",
+    "policy_class",
+    "register",
+    "resolve_server",
+    "watch_frame",
+]
+
+DEFAULT_SERVER: Final = f"127.0.0.1:{GRPC_PORTS['controller']}"
+SERVER_ENV: Final = "MIRRORLINE_SERVER"
+DEFAULT_TIMEOUT: Final = 10.0
+LEADER_ADDRESS_KEY: Final = "leader-address"
+
+_MIRROR_PACKAGE: Final = "org.apache.kafka.connect.mirror."
+#: `--policy` short names -> the `replication.policy.class` value sent (any other value is
+#: sent as given; the controller decides whether it knows it).
+POLICY_CLASSES: Final[Mapping[str, str]] = {
+    "default": _MIRROR_PACKAGE + "DefaultReplicationPolicy",
+    "identity": _MIRROR_PACKAGE + "IdentityReplicationPolicy",
+}
+
+#: ANSI: cursor home, clear the screen; `status --watch` redraws in place on a terminal.
+CLEAR_SCREEN: Final = "\x1b[H\x1b[2J"
+
+_Req = TypeVar("_Req", bound=Message)
+_Resp = TypeVar("_Resp", bound=Message)
+
+
+class RequestError(ValueError):
+    """Arguments that parse one by one but cannot make a request together (exit status 2)."""
+
+
+class AdminError(Exception):
+    """A call that failed; the text is what follows `mirrorline: ` on stderr."""
+
+
+# --------------------------------------------------------------------------- argument types
+
+
+def parse_flow_name(text: str) -> str:
+    """`SOURCE->TARGET` (blanks around the aliases are dropped) -> ``source->target``."""
+    source, sep, target = text.partition("->")
+    source, target = source.strip(), target.strip()
+    if not sep or not source or not target or "->" in target:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a flow name: expected SOURCE->TARGET, e.g. primary->backup")
+    if source == target:
+        raise argparse.ArgumentTypeError(f"{text!r}: the source and target must differ")
+    return f"{source}->{target}"
+
+
+def _alias(text: str) -> str:
+    alias = text.strip()
+    if not alias or "->" in alias:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a cluster alias")
+    return alias
+
+
+def parse_property(text: str) -> tuple[str, str]:
+    """`KEY=VALUE` -> (key, value): split at the first ``=``; the value may hold more ``=``
+    and may be empty; blanks around the key are dropped, the value is kept as given."""
+    key, sep, value = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected KEY=VALUE")
+    return key, value
+
+
+def _property_key(text: str) -> str:
+    key = text.strip()
+    if not key or "=" in key:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a property name")
+    return key
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a positive number of seconds")
+    return value
+
+
+def _server_address(text: str) -> str:
+    address = text.strip()
+    if not address:
+        raise argparse.ArgumentTypeError("the server address is empty")
+    return address
+
+
+def resolve_server(option: str | None, environ: Mapping[str, str]) -> str:
+    """`--server`, else `$MIRRORLINE_SERVER` (when not blank), else 127.0.0.1:7100."""
+    if option:
+        return option
+    return environ.get(SERVER_ENV, "").strip() or DEFAULT_SERVER
+
+
+def policy_class(value: str) -> str:
+    """`--policy default|identity|<class name>` -> the `replication.policy.class` value."""
+    return POLICY_CLASSES.get(value.strip().lower(), value.strip())
+
+
+# --------------------------------------------------------------------------- requests
+
+
+def flow_properties(args: argparse.Namespace) -> dict[str, str]:
+    """The MM2 properties set by `--set`, `--topics`, `--topics-exclude` and `--policy`.
+
+    A property given twice with different values is a RequestError (no silent "last wins").
+    """
+    properties: dict[str, str] = {}
+
+    def put(key: str, value: str) -> None:
+        if key in properties and properties[key] != value:
+            raise RequestError(f"property {key!r} is given twice, as {properties[key]!r} "
+                               f"and as {value!r}")
+        properties[key] = value
+
+    for key, value in getattr(args, "set", None) or ():
+        put(key, value)
+    if getattr(args, "topics", None) is not None:
+        put("topics", args.topics)
+    if getattr(args, "topics_exclude", None) is not None:
+        put("topics.exclude", args.topics_exclude)
+    if getattr(args, "policy", None) is not None:
+        put("replication.policy.class", policy_class(args.policy))
+    return properties
+
+
+def build_create_request(args: argparse.Namespace) -> admin_pb2.CreateFlowRequest:
+    """`flows create` arguments -> CreateFlowRequest (RequestError for a bad combination)."""
+    source_opt, target_opt = getattr(args, "source", None), getattr(args, "target", None)
+    if args.flow is not None:
+        if source_opt is not None or target_opt is not None:
+            raise RequestError("give either SOURCE->TARGET or --source/--target, not both")
+        source, _, target = args.flow.partition("->")
+    elif source_opt is not None and target_opt is not None:
+        source, target = source_opt, target_opt
+    else:
+        raise RequestError("which flow? give SOURCE->TARGET, or both --source and --target")
+    if source == target:
+        raise RequestError(f"the source and target must differ (both are {source!r})")
+    spec = flows_pb2.FlowSpec(source=source, target=target, properties=flow_properties(args))
+    return admin_pb2.CreateFlowRequest(spec=spec)
+
+
+def build_update_request(args: argparse.Namespace) -> admin_pb2.UpdateFlowRequest:
+    """`flows update` arguments -> UpdateFlowRequest (RequestError when there is nothing to
+    change or a property is both set and unset)."""
+    properties = flow_properties(args)
+    unset = list(dict.fromkeys(getattr(args, "unset", None) or ()))
+    both = [key for key in unset if key in properties]
+    if both:
+        raise RequestError(f"property {both[0]!r} is both set and unset")
+    if not properties and not unset:
+        raise RequestError("nothing to change: give --topics, --topics-exclude, --policy, "
+                           "--set or --unset")
+    return admin_pb2.UpdateFlowRequest(name=args.name, set=properties, unset=unset)
+
+
+# --------------------------------------------------------------------------- calls
+
+
+def leader_redirect(code: grpc.StatusCode | None,
+                    trailing_metadata: Iterable[tuple[str, str | bytes]] | None,
+                    *, current: str | None = None) -> str | None:
+    """The address to retry a failed call against, or None.
+
+    Only UNAVAILABLE with a non-blank `leader-address` trailing metadata entry redirects
+    (the key is compared case-insensitively); an address equal to `current`, the one just
+    called, does not.
+    """
+    if code is not grpc.StatusCode.UNAVAILABLE or not trailing_metadata:
+        return None
+    for key, value in trailing_metadata:
+        if key.lower() != LEADER_ADDRESS_KEY:
+            continue
+        text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+        address = text.strip()
+        if address and address != current:
+            return address
+        return None
+    return None
+
+
+def error_message(code: grpc.StatusCode, details: str | None) -> str:
+    """`INVALID_ARGUMENT: topics: ...` (the code name alone when there are no details)."""
+    return f"{code.name}: {details}" if details else code.name
+
+
+def unreachable_message(address: str, details: str | None) -> str:
+    return f"cannot reach the controller at {address} ({details or 'no answer'})"
+
+
+def _reached(channel: grpc.Channel) -> bool:
+    """Whether `channel` is connected: after an UNAVAILABLE or DEADLINE_EXCEEDED, tells a
+    server that answered so from one that was never reached."""
+    ready = grpc.channel_ready_future(channel)
+    try:
+        ready.result(timeout=0.2)
+    except grpc.FutureTimeoutError:
+        return False
+    finally:
+        ready.cancel()
+    return True
+
+
+def _failure(exc: grpc.RpcError, address: str, channel: grpc.Channel) -> AdminError:
+    code, details = exc.code(), exc.details()
+    transport = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+    if code in transport and not _reached(channel):
+        return AdminError(unreachable_message(address, details))
+    return AdminError(error_message(code, details))
+
+
+def _redirect_of(exc: grpc.RpcError, address: str) -> str | None:
+    try:
+        code, metadata = exc.code(), exc.trailing_metadata()
+    except AttributeError:  # an RpcError that is not a call (no status to look at)
+        return None
+    # At run time each entry is a (key, value) named tuple (grpc's _Metadatum).
+    pairs = [cast(tuple[str, str | bytes], tuple(cast(Iterable[Any], entry)))
+             for entry in metadata or ()]
+    return leader_redirect(code, pairs, current=address)
+
+
+@dataclass(frozen=True)
+class Connection:
+    server: str
+    timeout: float
+
+
+def invoke(connection: Connection,
+           method: Callable[[admin_pb2_grpc.AdminStub],
+                            grpc.UnaryUnaryMultiCallable[_Req, _Resp]],
+           request: _Req) -> _Resp:
+    """One unary call with the deadline, retried once at the leader; AdminError on failure."""
+    address = connection.server
+    for attempt in range(2):
+        with grpc.insecure_channel(address) as channel:
+            try:
+                return method(admin_pb2_grpc.AdminStub(channel))(
+                    request, timeout=connection.timeout)
+            except grpc.RpcError as exc:
+                leader = _redirect_of(exc, address) if attempt == 0 else None
+                if leader is None:
+                    raise _failure(exc, address, channel) from None
+                address = leader
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+# --------------------------------------------------------------------------- output
+
+
+def watch_frame(report: admin_pb2.StatusReport, *, output: str, tty: bool,
+                first: bool) -> str:
+    """What `status --watch` writes for one report: a JSON line; a redrawn table on a
+    terminal; successive tables separated by a blank line otherwise."""
+    if output == "json":
+        return to_json(report, compact=True) + "\n"
+    table = format_status(report) + "\n"
+    if tty:
+        return CLEAR_SCREEN + table
+    return table if first else "\n" + table
+
+
+def _emit(args: argparse.Namespace, response: Message, render: Callable[[], str]) -> None:
+    print(to_json(response) if args.output == "json" else render())
+
+
+def _connection(args: argparse.Namespace) -> Connection:
+    return Connection(resolve_server(args.server, os.environ), args.timeout)
+
+
+def _fail(error: AdminError) -> int:
+    print(f"mirrorline: {error}", file=sys.stderr)
+    return 1
+
+
+def _unary(args: argparse.Namespace,
+           method: Callable[[admin_pb2_grpc.AdminStub],
+                            grpc.UnaryUnaryMultiCallable[_Req, _Resp]],
+           request: _Req, render: Callable[[_Resp], str]) -> int:
+    try:
+        response = invoke(_connection(args), method, request)
+    except AdminError as error:
+        return _fail(error)
+    except KeyboardInterrupt:
+        return 130
+    _emit(args, response, lambda: render(response))
+    return 0
+
+
+def _usage_error(args: argparse.Namespace, message: str) -> int:
+    parser: argparse.ArgumentParser = args.command_parser
+    parser.error(message)  # exits with status 2
+
+
+# --------------------------------------------------------------------------- handlers
+
+
+def _flows_list(args: argparse.Namespace) -> int:
+    return _unary(args, lambda stub: stub.ListFlows, admin_pb2.ListFlowsRequest(),
+                  lambda response: format_flows(response.flows))
+
+
+def _flow_call(
+    method: Callable[[admin_pb2_grpc.AdminStub],
+                     grpc.UnaryUnaryMultiCallable[admin_pb2.FlowRequest, admin_pb2.Flow]],
+) -> Callable[[argparse.Namespace], int]:
+    """get, pause and resume: a FlowRequest answered by the Flow."""
+    def handler(args: argparse.Namespace) -> int:
+        return _unary(args, method, admin_pb2.FlowRequest(name=args.name), format_flow)
+    return handler
+
+
+def _flows_create(args: argparse.Namespace) -> int:
+    try:
+        request = build_create_request(args)
+    except RequestError as exc:
+        return _usage_error(args, str(exc))
+    return _unary(args, lambda stub: stub.CreateFlow, request, format_flow)
+
+
+def _flows_update(args: argparse.Namespace) -> int:
+    try:
+        request = build_update_request(args)
+    except RequestError as exc:
+        return _usage_error(args, str(exc))
+    return _unary(args, lambda stub: stub.UpdateFlow, request, format_flow)
+
+
+def _flows_delete(args: argparse.Namespace) -> int:
+    return _unary(args, lambda stub: stub.DeleteFlow, admin_pb2.FlowRequest(name=args.name),
+                  format_deleted)
+
+
+def read_properties_file(path: str) -> str:
+    """The file's text, decoded as the config loader does (UTF-8, else ISO-8859-1)."""
+    with open(path, "rb") as handle:
+        data = handle.read()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        return data.decode("iso-8859-1")
+
+
+def _flows_import(args: argparse.Namespace) -> int:
+    try:
+        text = read_properties_file(args.file)
+    except OSError as exc:
+        return _usage_error(args, f"cannot read {args.file}: {exc.strerror or exc}")
+    request = admin_pb2.ImportFlowsRequest(properties=text, source_name=args.file)
+    try:
+        response = invoke(_connection(args), lambda stub: stub.ImportFlows, request)
+    except AdminError as error:
+        return _fail(error)
+    except KeyboardInterrupt:
+        return 130
+    _emit(args, response, lambda: format_import(response))
+    if args.output != "json":
+        for warning in response.warnings:
+            print(f"mirrorline: warning: {warning}", file=sys.stderr)
+    return 0
+
+
+def _workers(args: argparse.Namespace) -> int:
+    return _unary(args, lambda stub: stub.ListWorkers, admin_pb2.ListWorkersRequest(),
+                  lambda response: format_workers(response, now_ms=int(time.time() * 1000)))
+
+
+def _status(args: argparse.Namespace) -> int:
+    if args.interval is not None and not args.watch:
+        return _usage_error(args, "--interval only applies with --watch")
+    if args.watch:
+        try:
+            return _watch(args)
+        except AdminError as error:
+            return _fail(error)
+    return _unary(args, lambda stub: stub.GetStatus,
+                  admin_pb2.GetStatusRequest(flow=args.flow or ""), format_status)
+
+
+def _watch(args: argparse.Namespace) -> int:
+    """Print every report of WatchStatus until Ctrl-C (status 0) or a failure (AdminError).
+
+    The stream has no deadline, but the first report must come within `--timeout`; a
+    redirect to the leader happens only before the first report.
+    """
+    connection = _connection(args)
+    interval_ms = round(args.interval * 1000) if args.interval is not None else 0
+    request = admin_pb2.WatchStatusRequest(flow=args.flow or "", interval_ms=interval_ms)
+    tty = sys.stdout.isatty()
+    address = connection.server
+    for attempt in range(2):
+        with grpc.insecure_channel(address) as channel:
+            stream = admin_pb2_grpc.AdminStub(channel).WatchStatus(request)
+            timed_out = threading.Event()
+
+            def give_up(stream: Any = stream, timed_out: threading.Event = timed_out) -> None:
+                timed_out.set()
+                stream.cancel()
+
+            timer = threading.Timer(connection.timeout, give_up)
+            timer.daemon = True
+            timer.start()
+            first = True
+            try:
+                for report in stream:
+                    if first:
+                        timer.cancel()
+                    sys.stdout.write(watch_frame(report, output=args.output, tty=tty,
+                                                 first=first))
+                    sys.stdout.flush()
+                    first = False
+                return 0
+            except KeyboardInterrupt:
+                stream.cancel()
+                return 0
+            except grpc.RpcError as exc:
+                if first and timed_out.is_set():
+                    if not _reached(channel):
+                        raise AdminError(unreachable_message(
+                            address, f"no status report within {connection.timeout:g}s")
+                        ) from None
+                    raise AdminError(f"DEADLINE_EXCEEDED: no status report within "
+                                     f"{connection.timeout:g}s") from None
+                leader = _redirect_of(exc, address) if first and attempt == 0 else None
+                if leader is None:
+                    raise _failure(exc, address, channel) from None
+                address = leader
+            finally:
+                timer.cancel()
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+# --------------------------------------------------------------------------- parser
+
+
+def _help_for(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
+    """A command group alone is a usage error: print its help, status 2."""
+    def show_help(args: argparse.Namespace) -> int:
+        parser.print_help(sys.stderr)
+        return 2
+    return show_help
+
+
+def _add_connection_options(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
+    """--server, --output, --timeout: with their defaults on `admin`; without (SUPPRESS) on
+    the subcommands, so that a value given after `admin` is not reset by a subcommand."""
+    def default(value: object) -> object:
+        return value if defaults else argparse.SUPPRESS
+
+    parser.add_argument(
+        "--server", type=_server_address, default=default(None), metavar="HOST:PORT",
+        help=f"controller address (default: ${SERVER_ENV}, else {DEFAULT_SERVER})")
+    parser.add_argument(
+        "--output", choices=("table", "json"), default=default("table"),
+        help="table (default) or json: one JSON document per response")
+    parser.add_argument(
+        "--timeout", type=_positive_seconds, default=default(DEFAULT_TIMEOUT),
+        metavar="SECONDS", help=f"deadline of each call (default: {DEFAULT_TIMEOUT:g})")
+
+
+def _add_property_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--topics", metavar="REGEXES",
+                        help="MM2 `topics`: comma-separated regexes of topics to copy")
+    parser.add_argument("--topics-exclude", metavar="REGEXES",
+                        help="MM2 `topics.exclude`: comma-separated regexes of topics to skip")
+    parser.add_argument("--policy", metavar="default|identity|CLASS",
+                        help="MM2 `replication.policy.class` (default and identity name "
+                             "MM2's DefaultReplicationPolicy and IdentityReplicationPolicy)")
+    parser.add_argument("--set", type=parse_property, action="append", metavar="KEY=VALUE",
+                        help="set any flow-level MM2 property (repeatable)")
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    admin = subparsers.add_parser(
+        "admin", help="manage flows and inspect a running deployment (Admin API client)",
+        description="Client of the controller's Admin API. A controller that is not the "
+                    "leader redirects the call to the leader.")
+    _add_connection_options(admin, defaults=True)
+    admin.set_defaults(handler=_help_for(admin), command_parser=admin)
+    admin_sub = admin.add_subparsers(dest="admin_command", metavar="COMMAND")
+
+    common = argparse.ArgumentParser(add_help=False)
+    _add_connection_options(common, defaults=False)
+
+    def leaf(sub: Any, name: str, handler: Callable[[argparse.Namespace], int],
+             help_text: str) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = sub.add_parser(name, parents=[common],
+                                                         help=help_text)
+        parser.set_defaults(handler=handler, command_parser=parser)
+        return parser
+
+    flows = admin_sub.add_parser("flows", parents=[common], help="list and change flows")
+    flows.set_defaults(handler=_help_for(flows), command_parser=flows)
+    flows_sub = flows.add_subparsers(dest="flows_command", metavar="ACTION")
+
+    leaf(flows_sub, "list", _flows_list, "list the flows")
+
+    get = leaf(flows_sub, "get", _flow_call(lambda stub: stub.GetFlow), "show one flow")
+    get.add_argument("name", type=parse_flow_name, metavar="NAME", help="SOURCE->TARGET")
+
+    create = leaf(flows_sub, "create", _flows_create, "create a flow")
+    create.add_argument("flow", nargs="?", type=parse_flow_name, metavar="SOURCE->TARGET",
+                        help="the flow (or give --source and --target)")
+    create.add_argument("--source", type=_alias, metavar="ALIAS", help="source cluster alias")
+    create.add_argument("--target", type=_alias, metavar="ALIAS", help="target cluster alias")
+    _add_property_options(create)
+
+    update = leaf(flows_sub, "update", _flows_update, "change properties of a flow")
+    update.add_argument("name", type=parse_flow_name, metavar="NAME", help="SOURCE->TARGET")
+    _add_property_options(update)
+    update.add_argument("--unset", type=_property_key, action="append", metavar="KEY",
+                        help="return a property to its default (repeatable)")
+
+    for action, handler, text in (
+            ("pause", _flow_call(lambda stub: stub.PauseFlow), "stop copying (positions are kept)"),
+            ("resume", _flow_call(lambda stub: stub.ResumeFlow), "resume a paused flow"),
+            ("delete", _flows_delete, "stop a flow and forget it (remote topics stay)")):
+        parser = leaf(flows_sub, action, handler, text)
+        parser.add_argument("name", type=parse_flow_name, metavar="NAME", help="SOURCE->TARGET")
+
+    import_ = leaf(flows_sub, "import", _flows_import,
+                   "create and update flows from an MM2 properties file")
+    import_.add_argument("file", metavar="FILE", help="MM2 properties file (read locally)")
+
+    status = leaf(admin_sub, "status", _status, "replication status: flows and partitions")
+    status.add_argument("--flow", type=parse_flow_name, metavar="NAME",
+                        help="only this flow (SOURCE->TARGET)")
+    status.add_argument("--watch", action="store_true",
+                        help="keep showing new reports until Ctrl-C")
+    status.add_argument("--interval", type=_min_interval, metavar="SECONDS",
+                        help="seconds between reports with --watch (default: the "
+                             "controller's, 2)")
+
+    leaf(admin_sub, "workers", _workers, "replicator workers and their partitions")
+
+
+def _min_interval(text: str) -> float:
+    value = _positive_seconds(text)
+    if value < 0.2:
+        raise argparse.ArgumentTypeError(f"{text!r}: the interval is at least 0.2 seconds")
+    return value

@@ -1,0 +1,273 @@
+"""Rendering of Admin API responses for `mirrorline admin`: pure functions, message -> text.
+
+Nothing here talks to a server or reads the clock: the caller passes `now_ms` where an age
+is shown. Conventions in the tables:
+
+* ``?`` -- a value the server reports as unknown (a negative number such as ``-1`` for an
+  end offset that has not been seen yet, the lag that follows from it, or a latency with no
+  record copied yet);
+* ``-`` -- nothing to show (no error, no worker, no heartbeat yet, no property set);
+* states are the enum names without their prefix, in lower case (``running``,
+  ``unassigned``); a value this client does not know is shown as its number.
+
+`--output json` uses `to_json`: the proto3 JSON mapping with the proto field names, every
+field present (zeros and empty strings included), enums by name and 64-bit integers as
+strings (as the proto3 JSON mapping has them).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+
+from google.protobuf import json_format
+from google.protobuf.descriptor import EnumDescriptor
+from google.protobuf.message import Message
+
+from mirrorline.v1 import admin_pb2, flows_pb2
+
+__all__ = [
+    "UNKNOWN",
+    "flow_state_name",
+    "format_age",
+    "format_bytes_rate",
+    "format_deleted",
+    "format_flow",
+    "format_flows",
+    "format_import",
+    "format_rate",
+    "format_status",
+    "format_workers",
+    "partition_state_name",
+    "render_table",
+    "to_dict",
+    "to_json",
+]
+
+UNKNOWN = "?"
+NONE = "-"
+
+POLICY_KEY = "replication.policy.class"
+
+
+# --------------------------------------------------------------------------- cells
+
+
+def _state_name(enum: EnumDescriptor, prefix: str, value: int) -> str:
+    entry = enum.values_by_number.get(value)
+    return str(value) if entry is None else entry.name.removeprefix(prefix).lower()
+
+
+def flow_state_name(value: int) -> str:
+    """`FLOW_STATE_RUNNING` -> ``running``."""
+    return _state_name(flows_pb2.FlowState.DESCRIPTOR, "FLOW_STATE_", value)
+
+
+def partition_state_name(value: int) -> str:
+    """`PARTITION_STATE_UNASSIGNED` -> ``unassigned``."""
+    return _state_name(flows_pb2.PartitionState.DESCRIPTOR, "PARTITION_STATE_", value)
+
+
+def _count(value: int) -> str:
+    """An offset or record count; negative means unknown."""
+    return UNKNOWN if value < 0 else str(value)
+
+
+def _millis(value: float) -> str:
+    """A duration in whole milliseconds; negative (or NaN) means unknown."""
+    if math.isnan(value) or value < 0:
+        return UNKNOWN
+    return str(round(value))
+
+
+def format_rate(value: float) -> str:
+    """Records per second, one decimal."""
+    if math.isnan(value) or value < 0:
+        return UNKNOWN
+    return f"{value:.1f}"
+
+
+def format_bytes_rate(value: float) -> str:
+    """Bytes per second in binary units: ``512 B``, ``1.5 KiB``, ``10.0 MiB``."""
+    if math.isnan(value) or value < 0:
+        return UNKNOWN
+    if value < 1024:
+        return f"{value:.0f} B"
+    for unit in ("KiB", "MiB", "GiB"):
+        value /= 1024
+        if value < 1024:
+            return f"{value:.1f} {unit}"
+    return f"{value / 1024:.1f} TiB"
+
+
+def format_age(age_ms: float) -> str:
+    """``0.4s``, ``12.0s``, ``3m04s``, ``2h05m`` (a negative age, from clock skew, is 0)."""
+    seconds = max(age_ms, 0.0) / 1000
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    whole = int(seconds)
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+
+
+def _text(value: str) -> str:
+    """A free-text cell on one line; empty -> ``-``."""
+    flat = " ".join(value.split())
+    return flat or NONE
+
+
+def _timestamp(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M:%S")
+
+
+# --------------------------------------------------------------------------- tables
+
+
+def render_table(headers: Sequence[str], rows: Iterable[Sequence[str]],
+                 right: Iterable[int] = ()) -> str:
+    """Columns separated by two spaces; `right` lists the right-aligned column indexes.
+
+    The last column is not padded, so lines carry no trailing blanks.
+    """
+    table = [list(headers), *([str(cell) for cell in row] for row in rows)]
+    widths = [max(len(row[i]) for row in table) for i in range(len(headers))]
+    align_right = set(right)
+    lines = []
+    for row in table:
+        cells = [cell.rjust(widths[i]) if i in align_right else cell.ljust(widths[i])
+                 for i, cell in enumerate(row)]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- flows
+
+
+def format_flows(flows: Iterable[admin_pb2.Flow]) -> str:
+    """`flows list`: one line per flow, sorted by name."""
+    ordered = sorted(flows, key=lambda f: f.name)
+    if not ordered:
+        return "no flows"
+    rows = [
+        (flow.name, flow_state_name(flow.state), "yes" if flow.paused else "no",
+         str(flow.partitions), _text(flow.spec.properties.get("topics", "")),
+         _text(flow.spec.properties.get(POLICY_KEY, "")), str(flow.version), _text(flow.error))
+        for flow in ordered
+    ]
+    return render_table(
+        ("FLOW", "STATE", "PAUSED", "PARTITIONS", "TOPICS", "POLICY", "VERSION", "ERROR"),
+        rows, right=(3, 6))
+
+
+def format_flow(flow: admin_pb2.Flow) -> str:
+    """One flow in detail (`flows get`, and the answer of create/update/pause/resume)."""
+    fields = [
+        ("flow", flow.name),
+        ("source", flow.spec.source or NONE),
+        ("target", flow.spec.target or NONE),
+        ("state", flow_state_name(flow.state)),
+        ("paused", "yes" if flow.paused else "no"),
+        ("partitions", str(flow.partitions)),
+        ("version", str(flow.version)),
+        ("error", _text(flow.error)),
+    ]
+    width = max(len(key) for key, _ in fields)
+    lines = [f"{key.ljust(width)}  {value}" for key, value in fields]
+    lines.append("properties:")
+    if flow.spec.properties:
+        lines += [f"  {key} = {flow.spec.properties[key]}"
+                  for key in sorted(flow.spec.properties)]
+    else:
+        lines.append(f"  {NONE}")
+    return "\n".join(lines)
+
+
+def format_deleted(response: admin_pb2.DeleteFlowResponse) -> str:
+    return f"deleted flow {response.name}"
+
+
+def format_import(response: admin_pb2.ImportFlowsResponse) -> str:
+    """What an import did, one flow a line. Warnings are not included (they go to stderr)."""
+    lines = [f"{verb} {name}"
+             for verb, names in (("created", response.created), ("updated", response.updated),
+                                 ("unchanged", response.unchanged))
+             for name in names]
+    return "\n".join(lines) if lines else "no flows in the file"
+
+
+# --------------------------------------------------------------------------- status
+
+
+def format_status(report: admin_pb2.StatusReport) -> str:
+    """`status`: a header line, one summary line per flow, then one line per partition."""
+    header = []
+    if report.generated_at_ms > 0:
+        header.append(f"at {_timestamp(report.generated_at_ms)}")
+    if report.controller_id:
+        header.append(f"controller {report.controller_id} (epoch {report.epoch})")
+    parts = [", ".join(header)] if header else []
+
+    flows = sorted(report.flows, key=lambda f: f.flow)
+    if not flows:
+        parts.append("no flows")
+    else:
+        parts.append(render_table(
+            ("FLOW", "STATE", "PARTITIONS", "LAG RECORDS", "MAX LAG MS", "RECORDS/S",
+             "BYTES/S", "ERROR"),
+            ((f.flow, flow_state_name(f.state), str(f.partitions), _count(f.lag_records),
+              _millis(f.max_lag_ms), format_rate(f.records_per_second),
+              format_bytes_rate(f.bytes_per_second), _text(f.error)) for f in flows),
+            right=(2, 3, 4, 5, 6)))
+
+    partitions = sorted(report.partitions,
+                        key=lambda p: (p.flow, p.source_topic, p.partition))
+    if partitions:
+        parts.append(render_table(
+            ("FLOW", "TOPIC", "PARTITION", "WORKER", "END OFFSET", "NEXT OFFSET",
+             "LAG RECORDS", "LAG MS", "STATE", "ERROR"),
+            ((p.flow, p.source_topic, str(p.partition), p.worker_id or NONE,
+              _count(p.source_end_offset), _count(p.next_offset), _count(p.lag_records),
+              _millis(p.lag_ms), partition_state_name(p.state), _text(p.error))
+             for p in partitions),
+            right=(2, 4, 5, 6, 7)))
+    elif flows:
+        parts.append("no partitions")
+    return "\n\n".join(parts)
+
+
+# --------------------------------------------------------------------------- workers
+
+
+def format_workers(response: admin_pb2.ListWorkersResponse, now_ms: int) -> str:
+    """`workers`: one line per worker, sorted by id; `now_ms` dates the heartbeat ages."""
+    workers = sorted(response.workers, key=lambda w: w.worker_id)
+    if not workers:
+        return "no workers"
+    rows = [
+        (w.worker_id, w.address or NONE, "yes" if w.alive else "no",
+         format_age(now_ms - w.last_heartbeat_ms) if w.last_heartbeat_ms > 0 else NONE,
+         format_bytes_rate(w.bytes_per_second), format_rate(w.records_per_second),
+         str(len(w.partitions)))
+        for w in workers
+    ]
+    return render_table(
+        ("WORKER", "ADDRESS", "ALIVE", "HEARTBEAT AGE", "BYTES/S", "RECORDS/S", "PARTITIONS"),
+        rows, right=(3, 4, 5, 6))
+
+
+# --------------------------------------------------------------------------- json
+
+
+def to_dict(message: Message) -> dict[str, object]:
+    """The proto3 JSON mapping of `message`, with proto field names and every field."""
+    result: dict[str, object] = json_format.MessageToDict(
+        message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
+    return result
+
+
+def to_json(message: Message, *, compact: bool = False) -> str:
+    """One JSON document; `compact` puts it on one line (as `status --watch` needs)."""
+    return json.dumps(to_dict(message), indent=None if compact else 2)

@@ -1,0 +1,242 @@
+"""The public Admin API: validate, append to the control log, answer from the state.
+
+Nothing is appended before it validated: a request that fails validation changes
+nothing. Errors use gRPC's codes the way operators expect them: INVALID_ARGUMENT names
+the field (`spec.properties.topics`), NOT_FOUND and ALREADY_EXISTS name the flow,
+FAILED_PRECONDITION explains what state prevents the change, UNAVAILABLE comes from a
+controller that does not lead (with the leader's address in the trailing metadata).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any, NoReturn, Protocol
+
+import grpc
+
+from mirrorline.controller import status
+from mirrorline.controller.discovery import Discoveries
+from mirrorline.controller.workers import WorkerRegistry
+from mirrorline.core.config import parse_config
+from mirrorline.core.control import ControlState, FlowRecord, Outcome
+from mirrorline.core.errors import ConfigError
+from mirrorline.core.flowdefs import (
+    Definition,
+    check_keys,
+    compose,
+    differences,
+    file_defaults,
+    file_definitions,
+    property_of,
+)
+from mirrorline.core.settings import MirrorSettings
+from mirrorline.v1 import admin_pb2, admin_pb2_grpc, control_pb2, flows_pb2
+
+Context = grpc.aio.ServicerContext[Any, Any]
+
+
+class ControllerContext(Protocol):
+    controller_id: str
+    deployment: MirrorSettings
+    discoveries: Discoveries
+    registry: WorkerRegistry
+
+    @property
+    def state(self) -> ControlState: ...
+
+    async def require_leader(self, context: Context) -> int: ...
+
+    async def append(self, record: control_pb2.ControlRecord) -> tuple[int, Outcome]: ...
+
+
+class AdminServicer(admin_pb2_grpc.AdminServicer):
+    def __init__(self, controller: ControllerContext) -> None:
+        self._c = controller
+
+    # -- flows ------------------------------------------------------------------------
+    async def ListFlows(self, request: admin_pb2.ListFlowsRequest,
+                        context: Context) -> admin_pb2.ListFlowsResponse:
+        await self._c.require_leader(context)
+        return admin_pb2.ListFlowsResponse(
+            flows=[self._flow(r) for _, r in sorted(self._c.state.flows.items())])
+
+    async def GetFlow(self, request: admin_pb2.FlowRequest, context: Context) -> admin_pb2.Flow:
+        await self._c.require_leader(context)
+        return self._flow(await self._existing(request.name, context))
+
+    async def CreateFlow(self, request: admin_pb2.CreateFlowRequest,
+                         context: Context) -> admin_pb2.Flow:
+        epoch = await self._c.require_leader(context)
+        spec = request.spec
+        for field_name in ("source", "target"):
+            if not getattr(spec, field_name):
+                await _invalid(context, f"spec.{field_name}", "is required")
+        await self._validate(Definition(spec.source, spec.target, dict(spec.properties)),
+                             context)
+        # The file's top-level flow properties are the defaults of a new flow; they are
+        # written into its definition, so later edits of the file cannot change it.
+        properties = {**file_defaults(self._c.deployment), **spec.properties}
+        definition = Definition(spec.source, spec.target, properties)
+        await self._validate(definition, context)
+        if definition.name in self._c.state.flows:
+            await context.abort(grpc.StatusCode.ALREADY_EXISTS,
+                                f"flow {definition.name} already exists")
+        await self._append(context, epoch, flow_created=control_pb2.FlowCreated(
+            spec=flows_pb2.FlowSpec(source=spec.source, target=spec.target,
+                                    properties=properties)))
+        return self._flow(self._c.state.flows[definition.name])
+
+    async def UpdateFlow(self, request: admin_pb2.UpdateFlowRequest,
+                         context: Context) -> admin_pb2.Flow:
+        epoch = await self._c.require_leader(context)
+        record = await self._existing(request.name, context)
+        if not request.set and not request.unset:
+            await _invalid(context, "set", "nothing to change: give properties to set or unset")
+        properties = dict(record.properties)
+        for key in request.unset:
+            if key not in properties:
+                await _invalid(context, f"unset.{key}", "is not set on this flow")
+            del properties[key]
+        properties.update(request.set)
+        definition = Definition(record.source, record.target, properties)
+        await self._validate(definition, context, prefix="set")
+        if properties != record.properties:
+            await self._append(context, epoch, flow_updated=control_pb2.FlowUpdated(
+                spec=flows_pb2.FlowSpec(source=record.source, target=record.target,
+                                        properties=properties)))
+        return self._flow(self._c.state.flows[record.name])
+
+    async def PauseFlow(self, request: admin_pb2.FlowRequest, context: Context) -> admin_pb2.Flow:
+        epoch = await self._c.require_leader(context)
+        record = await self._existing(request.name, context)
+        if record.paused:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                                f"flow {record.name} is already paused")
+        await self._append(context, epoch, flow_paused=control_pb2.FlowPaused(flow=record.name))
+        return self._flow(self._c.state.flows[record.name])
+
+    async def ResumeFlow(self, request: admin_pb2.FlowRequest,
+                         context: Context) -> admin_pb2.Flow:
+        epoch = await self._c.require_leader(context)
+        record = await self._existing(request.name, context)
+        if not record.paused:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                                f"flow {record.name} is not paused")
+        await self._append(context, epoch,
+                           flow_resumed=control_pb2.FlowResumed(flow=record.name))
+        return self._flow(self._c.state.flows[record.name])
+
+    async def DeleteFlow(self, request: admin_pb2.FlowRequest,
+                         context: Context) -> admin_pb2.DeleteFlowResponse:
+        epoch = await self._c.require_leader(context)
+        record = await self._existing(request.name, context)
+        await self._append(context, epoch, flow_deleted=control_pb2.FlowDeleted(flow=record.name))
+        return admin_pb2.DeleteFlowResponse(name=record.name)
+
+    async def ImportFlows(self, request: admin_pb2.ImportFlowsRequest,
+                          context: Context) -> admin_pb2.ImportFlowsResponse:
+        epoch = await self._c.require_leader(context)
+        source = request.source_name or "imported file"
+        try:
+            imported = parse_config(request.properties, source=source)
+        except ConfigError as exc:
+            await _invalid(context, "properties", str(exc))
+        reply = admin_pb2.ImportFlowsResponse(warnings=[str(w) for w in imported.warnings])
+        definitions = file_definitions(imported)
+        for name, definition in definitions.items():
+            await self._validate(definition, context, prefix=f"properties ({name})")
+        current = {n: Definition(r.source, r.target, r.properties)
+                   for n, r in self._c.state.flows.items()}
+        reply.warnings.extend(d for d in differences(definitions, current)
+                              if "not enabled in the file" in d)
+        for name, definition in definitions.items():
+            spec = flows_pb2.FlowSpec(source=definition.source, target=definition.target,
+                                      properties=dict(definition.properties))
+            existing = current.get(name)
+            if existing is None:
+                await self._append(context, epoch,
+                                   flow_created=control_pb2.FlowCreated(spec=spec))
+                reply.created.append(name)
+            elif dict(existing.properties) != dict(definition.properties):
+                await self._append(context, epoch,
+                                   flow_updated=control_pb2.FlowUpdated(spec=spec))
+                reply.updated.append(name)
+            else:
+                reply.unchanged.append(name)
+        return reply
+
+    # -- status -----------------------------------------------------------------------
+    async def GetStatus(self, request: admin_pb2.GetStatusRequest,
+                        context: Context) -> admin_pb2.StatusReport:
+        await self._c.require_leader(context)
+        if request.flow:
+            await self._existing(request.flow, context)
+        await self._c.registry.refresh_statuses()
+        return self._report(request.flow)
+
+    async def WatchStatus(self, request: admin_pb2.WatchStatusRequest,
+                          context: Context) -> AsyncIterator[admin_pb2.StatusReport]:
+        await self._c.require_leader(context)
+        if request.flow:
+            await self._existing(request.flow, context)
+        interval = request.interval_ms or 2000
+        if interval < 200:
+            await _invalid(context, "interval_ms", f"must be at least 200 (got {interval})")
+        while True:
+            await self._c.require_leader(context)
+            await self._c.registry.refresh_statuses()
+            yield self._report(request.flow)
+            await asyncio.sleep(interval / 1000)
+
+    async def ListWorkers(self, request: admin_pb2.ListWorkersRequest,
+                          context: Context) -> admin_pb2.ListWorkersResponse:
+        await self._c.require_leader(context)
+        return status.workers(self._c.state, self._c.registry)
+
+    # -- helpers ----------------------------------------------------------------------
+    def _report(self, flow: str | None) -> admin_pb2.StatusReport:
+        return status.report(self._c.state, self._c.registry, self._c.discoveries,
+                             controller_id=self._c.controller_id, flow=flow or None)
+
+    def _flow(self, record: FlowRecord) -> admin_pb2.Flow:
+        partitions = status.partition_statuses(self._c.state, self._c.registry, record.name)
+        summary = status.flow_summary(record, partitions, self._c.discoveries)
+        return status.flow_message(record, summary)
+
+    async def _existing(self, name: str, context: Context) -> FlowRecord:
+        if "->" not in name:
+            await _invalid(context, "name", f"{name!r} is not a flow name (source->target)")
+        record = self._c.state.flows.get(name)
+        if record is None:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"flow {name} does not exist")
+        assert record is not None
+        return record
+
+    async def _validate(self, definition: Definition, context: Context, *,
+                        prefix: str = "spec.properties") -> None:
+        try:
+            check_keys(definition.properties)
+            compose(self._c.deployment, [definition])
+        except ConfigError as exc:
+            field_name = property_of(exc, definition)
+            where = (f"spec.{field_name}" if field_name in ("source", "target")
+                     else f"{prefix}.{field_name}")
+            await _invalid(context, where, exc.message)
+
+    async def _append(self, context: Context, epoch: int, **event: Any) -> None:
+        record = control_pb2.ControlRecord(epoch=epoch, controller_id=self._c.controller_id,
+                                           **event)
+        _, outcome = await self._c.append(record)
+        if outcome is Outcome.STALE:
+            await context.abort(grpc.StatusCode.UNAVAILABLE,
+                                "this controller was deposed before the change was recorded; "
+                                "nothing changed -- retry against the new leader")
+        if outcome is not Outcome.APPLIED:
+            await context.abort(grpc.StatusCode.ABORTED,
+                                "the change conflicted with a concurrent one; retry")
+
+
+async def _invalid(context: Context, field_name: str, message: str) -> NoReturn:
+    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{field_name}: {message}")
+    raise AssertionError("unreachable")  # abort raises

@@ -1,0 +1,95 @@
+"""The leader's loop: keep the control log's assignment in line with discovery and workers."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from mirrorline.controller.discovery import Discoveries
+from mirrorline.controller.workers import WorkerRegistry
+from mirrorline.core.control import ControlState, Outcome, partition_refs
+from mirrorline.core.errors import ConfigError
+from mirrorline.core.flowdefs import Definition, flow_settings
+from mirrorline.core.reconcile import plan
+from mirrorline.core.settings import MirrorSettings
+from mirrorline.v1 import control_pb2
+
+log = logging.getLogger(__name__)
+
+#: How often measured loads may move partitions even though no worker came or went.
+LOAD_REVIEW_S = 300.0
+
+Append = Callable[[control_pb2.ControlRecord], Awaitable[tuple[int, Outcome]]]
+
+
+class Reconciler:
+    def __init__(self, deployment: MirrorSettings, discoveries: Discoveries,
+                 registry: WorkerRegistry) -> None:
+        self._deployment = deployment
+        self._discoveries = discoveries
+        self._registry = registry
+        self._known_live: frozenset[str] = frozenset()
+        self._last_review = time.monotonic()
+        #: Flows whose definition no longer fits the deployment (e.g. a cluster removed).
+        self.broken: dict[str, str] = {}
+
+    def reset(self) -> None:
+        self._known_live = frozenset()
+        self._last_review = time.monotonic()
+
+    async def step(self, state: ControlState, epoch: int, controller_id: str,
+                   append: Append) -> bool:
+        """One round; False when this controller turned out to be deposed."""
+        tracked = []
+        self.broken.clear()
+        for name, record in state.flows.items():
+            try:
+                settings = flow_settings(self._deployment,
+                                         Definition(record.source, record.target,
+                                                    record.properties))
+            except ConfigError as exc:
+                self.broken[name] = f"the flow no longer fits this deployment: {exc}"
+                continue
+            tracked.append((settings, record.version))
+        self._discoveries.sync(tracked)
+        paused = {n for n, r in state.flows.items() if r.paused}
+        await self._discoveries.refresh_due(paused)
+        if self._registry.in_grace():
+            return True  # let every worker find the new leader before assigning anything
+        live = frozenset(self._registry.live())
+        review = time.monotonic() - self._last_review >= LOAD_REVIEW_S
+        allow_moves = live != self._known_live or review
+        result = plan(state, self._discoveries.desired(), live, self._registry.reports(),
+                      self._registry.loads(),
+                      expired=self._registry.expired(state.workers()), allow_moves=allow_moves)
+        for worker in result.expire:
+            log.warning("worker %s: lease expired; its partitions are reassigned", worker)
+            if not await self._emit(append, epoch, controller_id,
+                                    worker_expired=control_pb2.WorkerExpired(worker_id=worker)):
+                return False
+        for (flow, worker), keys in sorted(result.revoke.items()):
+            log.info("%s: revoking %d partitions from %s", flow, len(keys), worker)
+            if not await self._emit(append, epoch, controller_id,
+                                    partitions_revoked=control_pb2.PartitionsRevoked(
+                                        flow=flow, worker_id=worker,
+                                        partitions=partition_refs(keys))):
+                return False
+        for (flow, worker), keys in sorted(result.grant.items()):
+            log.info("%s: assigning %d partitions to %s", flow, len(keys), worker)
+            if not await self._emit(append, epoch, controller_id,
+                                    partitions_assigned=control_pb2.PartitionsAssigned(
+                                        flow=flow, worker_id=worker,
+                                        partitions=partition_refs(keys))):
+                return False
+        self._known_live = live
+        if review:
+            self._last_review = time.monotonic()
+        return True
+
+    @staticmethod
+    async def _emit(append: Append, epoch: int, controller_id: str, **event: object) -> bool:
+        record = control_pb2.ControlRecord(epoch=epoch, controller_id=controller_id,
+                                           **event)  # type: ignore[arg-type]
+        _, outcome = await append(record)
+        return outcome is not Outcome.STALE

@@ -1,0 +1,238 @@
+"""The controller process: control log, election, reconciliation, Admin and Coordinator APIs.
+
+Every controller replays the control log and serves gRPC; only the elected leader
+appends, reconciles and answers the APIs (the others answer UNAVAILABLE with the
+leader's address). On its first term ever, the leader seeds the log from the properties
+file; afterwards the log is the truth, and differences with the file are reported at
+start rather than applied.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import grpc
+
+from mirrorline.controller.admin import AdminServicer
+from mirrorline.controller.discovery import Discoveries
+from mirrorline.controller.election import Election
+from mirrorline.controller.reconciler import Reconciler
+from mirrorline.controller.workers import CoordinatorServicer, WorkerRegistry
+from mirrorline.controlplane.home import control_topics, home_clients, home_cluster
+from mirrorline.controlplane.lease import LeaseBoard
+from mirrorline.controlplane.log import ControlLog
+from mirrorline.core.control import ControlState, Outcome
+from mirrorline.core.flowdefs import Definition, differences, file_definitions
+from mirrorline.core.settings import MirrorSettings
+from mirrorline.grpcserver import ServiceServer
+from mirrorline.kafka.admin import ClusterAdmin
+from mirrorline.kafka.clients import admin_kwargs
+from mirrorline.telemetry import Telemetry, setup_telemetry
+from mirrorline.v1 import (
+    admin_pb2,
+    admin_pb2_grpc,
+    control_pb2,
+    coordinator_pb2,
+    coordinator_pb2_grpc,
+)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_LEASE_MS = 6000
+
+
+class ControllerService:
+    def __init__(self, deployment: MirrorSettings, *, controller_id: str,
+                 targets: Sequence[str] | None = None, grpc_host: str = "127.0.0.1",
+                 grpc_port: int = 0, advertise: str | None = None,
+                 metrics_host: str = "127.0.0.1", metrics_port: int | None = 0,
+                 lease_ms: int = DEFAULT_LEASE_MS, worker_lease_ms: int = DEFAULT_LEASE_MS
+                 ) -> None:
+        self.deployment = deployment
+        self.controller_id = controller_id
+        self.home = home_cluster(deployment, targets)
+        self._grpc = ServiceServer(name=f"controller {controller_id}", host=grpc_host,
+                                   port=grpc_port)
+        self._advertise = advertise
+        self._metrics = (metrics_host, metrics_port)
+        self._lease_ms = lease_ms
+        self.registry = WorkerRegistry(worker_lease_ms)
+        admins = {alias: dict(admin_kwargs(dict(c.connection))[0],
+                              client_id=f"controller-{controller_id}|{alias}")
+                  for alias, c in deployment.clusters.items()}
+        self.discoveries = Discoveries(admins)
+        self._reconciler = Reconciler(deployment, self.discoveries, self.registry)
+        self._control: ControlLog | None = None
+        self._leases: LeaseBoard | None = None
+        self._election: Election | None = None
+        self.telemetry: Telemetry | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._wake = asyncio.Event()
+
+    # -- the context the APIs need ------------------------------------------------------
+    @property
+    def state(self) -> ControlState:
+        assert self._control is not None
+        return self._control.state
+
+    @property
+    def is_leader(self) -> bool:
+        return self._election is not None and self._election.is_leader
+
+    async def append(self, record: control_pb2.ControlRecord) -> tuple[int, Outcome]:
+        assert self._control is not None
+        result = await self._control.append(record)
+        self._wake.set()
+        return result
+
+    async def require_leader(self, context: grpc.aio.ServicerContext[Any, Any]) -> int:
+        if self.is_leader:
+            return self.state.epoch
+        state = self.state
+        address = state.leader_address or ""
+        if address:
+            context.set_trailing_metadata((("leader-address", address),))
+        leader = (f"the leader is {state.leader_id} at {address}" if state.leader_id
+                  else "no controller leads yet; retry shortly")
+        await context.abort(grpc.StatusCode.UNAVAILABLE,
+                            f"controller {self.controller_id} does not lead; {leader}")
+        raise AssertionError("unreachable")
+
+    # -- lifecycle ----------------------------------------------------------------------
+    async def start(self) -> None:
+        self.telemetry = setup_telemetry("controller", instance=self.controller_id,
+                                         metrics_port=self._metrics[1],
+                                         metrics_host=self._metrics[0])
+        await self.telemetry.start()
+        self._register_metrics()
+        self._grpc.add(admin_pb2_grpc.add_AdminServicer_to_server, AdminServicer(self),
+                       [admin_pb2.DESCRIPTOR.services_by_name["Admin"].full_name])
+        self._grpc.add(coordinator_pb2_grpc.add_CoordinatorServicer_to_server,
+                       CoordinatorServicer(self.registry, leader=self),
+                       [coordinator_pb2.DESCRIPTOR.services_by_name["Coordinator"].full_name])
+        port = await self._grpc.start()
+        address = self._advertise or f"127.0.0.1:{port}"
+        client = f"controller-{self.controller_id}"
+        consumer, producer, admin = home_clients(self.deployment, self.home, client)
+        rf = min(f.offset_storage_replication_factor for f in self.deployment.flows.values()) \
+            if self.deployment.flows else -1
+        control_topic, lease_topic = control_topics(self.deployment)
+        async with ClusterAdmin(self.home, admin) as home_admin:
+            await ControlLog.ensure_topic(home_admin, rf, control_topic)
+            await LeaseBoard.ensure_topic(home_admin, rf, lease_topic)
+        self._control = ControlLog(consumer_kwargs=consumer, producer_kwargs=producer,
+                                   topic=control_topic)
+        await self._control.start()
+        self._control.listen(lambda *_: self._wake.set())
+        self._leases = LeaseBoard(consumer_kwargs=consumer, producer_kwargs=producer,
+                                  topic=lease_topic)
+        await self._leases.start()
+        self._report_file_differences()
+        self._election = Election(self._control, self._leases, controller_id=self.controller_id,
+                                  address=address, lease_ms=self._lease_ms,
+                                  on_change=self._leadership_changed)
+        self._tasks.append(asyncio.create_task(self._election.run(), name="election"))
+        self._tasks.append(asyncio.create_task(self._reconcile_loop(), name="reconcile"))
+        await self._grpc.set_serving(True)
+        log.info("controller %s on %s (home cluster %r, control log at offset %d)",
+                 self.controller_id, address, self.home, self.state.applied_offset)
+
+    async def stop(self) -> None:
+        await self._grpc.set_serving(False)
+        if self._election is not None:
+            for task in self._tasks:
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+            await self._election.resign()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for closer in (self._leases, self._control):
+            if closer is not None:
+                await closer.stop()
+        await self.discoveries.close()
+        await self.registry.close()
+        await self._grpc.stop()
+        if self.telemetry is not None:
+            await self.telemetry.stop()
+
+    # -- leadership ---------------------------------------------------------------------
+    async def _leadership_changed(self, leading: bool) -> None:
+        self.registry.reset()
+        self._reconciler.reset()
+        if leading and not self.state.seeded:
+            await self._seed()
+        self._wake.set()
+
+    async def _seed(self) -> None:
+        epoch = self.state.epoch
+        for name, definition in file_definitions(self.deployment).items():
+            if name in self.state.flows:
+                continue
+            await self.append(control_pb2.ControlRecord(
+                epoch=epoch, controller_id=self.controller_id,
+                flow_created=control_pb2.FlowCreated(spec=_spec(definition))))
+        await self.append(control_pb2.ControlRecord(
+            epoch=epoch, controller_id=self.controller_id,
+            config_seeded=control_pb2.ConfigSeeded(source=self.deployment.source_path or "")))
+        log.info("seeded the control log from %s (%d flows)", self.deployment.source_path,
+                 len(self.state.flows))
+
+    def _report_file_differences(self) -> None:
+        if not self.state.seeded:
+            return
+        current = {n: Definition(r.source, r.target, r.properties)
+                   for n, r in self.state.flows.items()}
+        found = differences(file_definitions(self.deployment), current)
+        for line in found:
+            log.warning("the control log is the truth; %s", line)
+        if found:
+            log.warning("to apply the file's flows deliberately: mirrorline admin flows import %s",
+                        self.deployment.source_path or "FILE")
+
+    async def _reconcile_loop(self) -> None:
+        while True:
+            self._wake.clear()
+            if self.is_leader and self._election is not None:
+                try:
+                    if not await self._reconciler.step(self.state, self.state.epoch,
+                                                       self.controller_id, self.append):
+                        log.warning("an append was stale: this controller was deposed")
+                except Exception:  # a bug or an unreachable cluster: log, retry next round
+                    log.exception("reconciliation failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), 1.0)
+
+    def _register_metrics(self) -> None:
+        assert self.telemetry is not None
+        meter = self.telemetry.meter
+        from opentelemetry.metrics import CallbackOptions, Observation
+
+        def observe(read: Any) -> Any:
+            def callback(_: CallbackOptions) -> list[Observation]:
+                if self._control is None:
+                    return []
+                return [Observation(float(read()), {"controller": self.controller_id})]
+            return callback
+
+        meter.create_observable_gauge("controller-leader", callbacks=[observe(
+            lambda: 1 if self.is_leader else 0)], description="1 while this controller leads")
+        meter.create_observable_gauge("controller-epoch", callbacks=[observe(
+            lambda: self.state.epoch)])
+        meter.create_observable_gauge("flows", callbacks=[observe(
+            lambda: len(self.state.flows))])
+        meter.create_observable_gauge("assigned-partitions", callbacks=[observe(
+            lambda: len(self.state.owners))])
+        meter.create_observable_gauge("live-workers", callbacks=[observe(
+            lambda: len(self.registry.live()))])
+
+
+def _spec(definition: Definition) -> Any:
+    from mirrorline.v1 import flows_pb2
+
+    return flows_pb2.FlowSpec(source=definition.source, target=definition.target,
+                              properties=dict(definition.properties))

@@ -1,0 +1,97 @@
+"""The status the Admin API reports: control-log state joined with the workers' reports."""
+
+from __future__ import annotations
+
+import time
+
+from mirrorline.controller.discovery import Discoveries
+from mirrorline.controller.workers import WorkerRegistry
+from mirrorline.core.assignment import PartitionKey
+from mirrorline.core.control import ControlState, FlowRecord
+from mirrorline.v1 import admin_pb2, flows_pb2
+
+
+def partition_statuses(state: ControlState, registry: WorkerRegistry,
+                       flow: str | None = None) -> list[flows_pb2.PartitionStatus]:
+    """Every assigned (or moving) partition, as its owner last reported it."""
+    reported: dict[tuple[PartitionKey, str], flows_pb2.PartitionStatus] = {}
+    live = registry.live()
+    for worker, view in registry.workers.items():
+        if worker not in live:
+            continue
+        for p in view.shown:
+            reported[(PartitionKey(p.flow, p.source_topic, p.partition), worker)] = p
+    out: list[flows_pb2.PartitionStatus] = []
+    keys = sorted({*state.owners, *state.revoking})
+    for key in keys:
+        if flow and key.flow != flow:
+            continue
+        owner = state.owners.get(key) or state.revoking[key]
+        status = reported.get((key, owner.worker_id))
+        if status is None:
+            status = flows_pb2.PartitionStatus(
+                flow=key.flow, source_topic=key.topic, target_topic=owner.remote_topic,
+                partition=key.partition, source_end_offset=-1, next_offset=-1, lag_records=-1,
+                last_replication_latency_ms=-1, lag_ms=-1,
+                state=flows_pb2.PARTITION_STATE_UNASSIGNED, worker_id=owner.worker_id,
+                error="" if key in state.owners else "moving to another worker")
+        out.append(status)
+    return out
+
+
+def flow_summary(record: FlowRecord, partitions: list[flows_pb2.PartitionStatus],
+                 discoveries: Discoveries) -> admin_pb2.FlowSummary:
+    mine = [p for p in partitions if p.flow == record.name]
+    problems = discoveries.problems(record.name)
+    errors = [f"{p.source_topic}-{p.partition}: {p.error}" for p in mine
+              if p.state == flows_pb2.PARTITION_STATE_ERROR]
+    errors += [f"{topic}: {why}" for topic, why in sorted(problems.items())]
+    if record.paused:
+        state = flows_pb2.FLOW_STATE_PAUSED
+    elif any(p.state == flows_pb2.PARTITION_STATE_ERROR for p in mine) or "*" in problems:
+        state = flows_pb2.FLOW_STATE_ERROR
+    elif mine and all(p.state == flows_pb2.PARTITION_STATE_RUNNING for p in mine):
+        state = flows_pb2.FLOW_STATE_RUNNING
+    else:
+        state = flows_pb2.FLOW_STATE_STARTING
+    return admin_pb2.FlowSummary(
+        flow=record.name, state=state, error="; ".join(errors)[:2000], partitions=len(mine),
+        lag_records=sum(p.lag_records for p in mine if p.lag_records > 0),
+        max_lag_ms=max((p.lag_ms for p in mine), default=0.0),
+        records_per_second=sum(p.records_per_second for p in mine),
+        bytes_per_second=sum(p.bytes_per_second for p in mine))
+
+
+def report(state: ControlState, registry: WorkerRegistry, discoveries: Discoveries, *,
+           controller_id: str, flow: str | None = None) -> admin_pb2.StatusReport:
+    partitions = partition_statuses(state, registry, flow)
+    flows = [flow_summary(r, partitions, discoveries) for name, r in sorted(state.flows.items())
+             if not flow or name == flow]
+    return admin_pb2.StatusReport(generated_at_ms=int(time.time() * 1000), flows=flows,
+                                  partitions=partitions, controller_id=controller_id,
+                                  epoch=state.epoch)
+
+
+def flow_message(record: FlowRecord, summary: admin_pb2.FlowSummary) -> admin_pb2.Flow:
+    return admin_pb2.Flow(name=record.name, spec=record.spec(), paused=record.paused,
+                          state=summary.state, error=summary.error,
+                          partitions=summary.partitions, version=record.version)
+
+
+def workers(state: ControlState, registry: WorkerRegistry) -> admin_pb2.ListWorkersResponse:
+    live = registry.live()
+    out = admin_pb2.ListWorkersResponse()
+    for worker_id in sorted(set(registry.workers) | state.workers()):
+        view = registry.workers.get(worker_id)
+        assigned = sorted(k for k, o in state.owners.items() if o.worker_id == worker_id)
+        out.workers.add(
+            worker_id=worker_id, address=view.address if view else "",
+            alive=worker_id in live,
+            last_heartbeat_ms=view.last_seen_ms if view else 0,
+            lease_expires_ms=(view.last_seen_ms + int(registry.lease_s * 1000)) if view else 0,
+            bytes_per_second=sum(p.bytes_per_second for p in view.shown) if view else 0.0,
+            records_per_second=sum(p.records_per_second for p in view.shown)
+            if view else 0.0,
+            partitions=[admin_pb2.AssignedPartition(flow=k.flow, topic=k.topic,
+                                                    partition=k.partition) for k in assigned])
+    return out

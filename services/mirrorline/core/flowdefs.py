@@ -1,0 +1,136 @@
+"""Flow definitions: what the control log stores about a flow, and the settings it yields.
+
+A flow *definition* is its MM2 flow-level properties (topics, filters, policy,
+intervals, ...). The control log holds each flow's complete definition, so that once the
+log exists, editing the properties file cannot change a flow behind the operator's back.
+Everything else in the file -- clusters, connections, security, client overrides --
+belongs to the deployment and is still read from the file.
+
+Settings for the log's flows are produced by the one config loader: the file's
+deployment part and the log's definitions are written out as properties text and
+parsed, so a definition is validated exactly like a file would be.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from mirrorline.core._config_keys import FLOW_KEYS
+from mirrorline.core.config import parse_config
+from mirrorline.core.errors import ConfigError
+from mirrorline.core.properties import format_property
+from mirrorline.core.settings import FlowSettings, MirrorSettings
+
+#: Properties that make up a flow definition ("enabled" is the flow's existence itself).
+DEFINITION_KEYS = frozenset(FLOW_KEYS - {"enabled"})
+
+
+@dataclass(frozen=True)
+class Definition:
+    source: str
+    target: str
+    properties: Mapping[str, str]
+
+    @property
+    def name(self) -> str:
+        return f"{self.source}->{self.target}"
+
+
+def file_definitions(settings: MirrorSettings) -> dict[str, Definition]:
+    """The definitions of the file's enabled flows: every definition key the file sets,
+    at top level or for the flow (the flow's own value wins)."""
+    raw = settings.raw
+    out: dict[str, Definition] = {}
+    for name, flow in sorted(settings.flows.items()):
+        if not flow.enabled:
+            continue
+        props: dict[str, str] = {}
+        for key in sorted(DEFINITION_KEYS):
+            value = raw.get(f"{name}.{key}", raw.get(key))
+            if value is not None:
+                props[key] = value.strip()
+        out[name] = Definition(flow.source, flow.target, props)
+    return out
+
+
+def file_defaults(settings: MirrorSettings) -> dict[str, str]:
+    """The file's top-level flow properties: what a flow created later starts from."""
+    return {key: value.strip() for key, value in sorted(settings.raw.items())
+            if key in DEFINITION_KEYS}
+
+
+def check_keys(properties: Mapping[str, str]) -> None:
+    """Only flow-level MM2 properties belong in a definition (secrets and client
+    settings stay in the deployment's file, never in the control log)."""
+    for key in sorted(properties):
+        if key not in DEFINITION_KEYS:
+            raise ConfigError(key, "is not a flow property (flow properties are MM2's "
+                                   "connector keys such as topics, topics.exclude, "
+                                   "replication.policy.class, offset.lag.max; cluster and "
+                                   "client settings belong in the properties file)")
+
+
+def compose(deployment: MirrorSettings, definitions: Iterable[Definition], *,
+            source: str = "control log") -> MirrorSettings:
+    """Settings of the given flows: the file's deployment part plus these definitions.
+
+    Raises ConfigError naming the property (as `<source>-><target>.<key>`) when a
+    definition is invalid, or the flow names a cluster the deployment does not know.
+    """
+    definitions = list(definitions)
+    pairs = {f"{a}->{b}." for a in deployment.clusters for b in deployment.clusters if a != b}
+    lines: list[str] = []
+    for key, value in deployment.raw.items():
+        if key == "enabled" or key in DEFINITION_KEYS:
+            continue
+        prefix = next((p for p in pairs if key.startswith(p)), None)
+        if prefix is not None:
+            rest = key[len(prefix):]
+            if rest == "enabled" or rest in DEFINITION_KEYS:
+                continue
+        lines.append(format_property(key, value))
+    for d in definitions:
+        for alias, side in ((d.source, "source"), (d.target, "target")):
+            if alias not in deployment.clusters:
+                raise ConfigError(side, f"unknown cluster {alias!r}: the deployment's "
+                                        f"clusters are {', '.join(deployment.clusters)}")
+        if d.source == d.target:
+            raise ConfigError("target", "a flow needs two different clusters")
+        check_keys(d.properties)
+        lines.append(format_property(f"{d.name}.enabled", "true"))
+        lines.extend(format_property(f"{d.name}.{k}", v) for k, v in sorted(d.properties.items()))
+    return parse_config("\n".join(lines) + "\n", source=source)
+
+
+def flow_settings(deployment: MirrorSettings, definition: Definition) -> FlowSettings:
+    return compose(deployment, [definition]).flows[definition.name]
+
+
+def property_of(error: ConfigError, definition: Definition) -> str:
+    """The definition property an error is about (`topics`, not `a->b.topics`)."""
+    key = error.key or ""
+    prefix = f"{definition.name}."
+    return key[len(prefix):] if key.startswith(prefix) else key
+
+
+def differences(file: Mapping[str, Definition], log: Mapping[str, Definition]) -> list[str]:
+    """Human-readable differences between the file's flows and the control log's."""
+    out: list[str] = []
+    for name in sorted(set(file) | set(log)):
+        in_file, in_log = file.get(name), log.get(name)
+        if in_log is None:
+            out.append(f"flow {name} is enabled in the file but not defined in the control log")
+        elif in_file is None:
+            out.append(f"flow {name} is defined in the control log but not enabled in the file")
+        else:
+            for key in sorted(set(in_file.properties) | set(in_log.properties)):
+                a, b = in_file.properties.get(key), in_log.properties.get(key)
+                if a != b:
+                    out.append(f"flow {name}: {key} is {_shown(a)} in the file but "
+                               f"{_shown(b)} in the control log")
+    return out
+
+
+def _shown(value: str | None) -> str:
+    return "unset" if value is None else repr(value)

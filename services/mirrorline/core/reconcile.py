@@ -1,0 +1,93 @@
+"""What the controller should append next, given what is and what should be (pure).
+
+Inputs: the replayed control state, the partitions discovery says each flow should copy
+(with their remote topic names), the workers whose lease is alive and what each last
+reported (the control-log offset it has acted on, the partitions it runs, its load).
+
+Hand-over is fenced: a partition moves only after its old owner has let go. The old
+owner either confirmed the release (its report, as of an offset at or after the revoke,
+no longer lists the partition, and it has made its progress durable before reporting),
+or its lease expired, and a worker whose lease ran out has already stopped by itself.
+So no two workers ever copy the same partition at once; the new owner resumes from the
+progress the old one recorded.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+
+from mirrorline.core.assignment import PartitionKey, assign
+from mirrorline.core.control import ControlState
+
+
+@dataclass(frozen=True)
+class WorkerReport:
+    applied_offset: int
+    owned: frozenset[PartitionKey]
+
+
+@dataclass
+class Plan:
+    expire: list[str] = field(default_factory=list)
+    #: (flow, worker) -> partitions to take away (key -> remote topic)
+    revoke: dict[tuple[str, str], dict[PartitionKey, str]] = field(default_factory=dict)
+    #: (flow, worker) -> partitions to give (key -> remote topic)
+    grant: dict[tuple[str, str], dict[PartitionKey, str]] = field(default_factory=dict)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.expire or self.revoke or self.grant)
+
+
+def plan(state: ControlState, desired: Mapping[PartitionKey, str], live: Collection[str],
+         reports: Mapping[str, WorkerReport], loads: Mapping[PartitionKey, float], *,
+         expired: Collection[str], allow_moves: bool) -> Plan:
+    """The next step towards `desired`; call again after its events are applied."""
+    result = Plan()
+    live = set(live)
+    holding = state.workers()
+    result.expire = sorted(w for w in expired if w in holding and w not in live)
+    gone = set(result.expire)
+
+    # Partitions whose release is still outstanding may not be handed to anyone.
+    pending: set[PartitionKey] = set()
+    for key, was in state.revoking.items():
+        if was.worker_id in gone:
+            continue
+        report = reports.get(was.worker_id)
+        released = (report is not None and report.applied_offset >= was.offset
+                    and key not in report.owned)
+        if not released:
+            pending.add(key)
+
+    owners = {k: o for k, o in state.owners.items() if o.worker_id not in gone}
+    revoke: dict[tuple[str, str], dict[PartitionKey, str]] = defaultdict(dict)
+    # Partitions nobody should copy any more, or whose remote topic changed (policy).
+    for key, owner in owners.items():
+        if desired.get(key) != owner.remote_topic and owner.worker_id in live:
+            revoke[(key.flow, owner.worker_id)][key] = owner.remote_topic
+    stale = {k for pairs in revoke.values() for k in pairs}
+
+    assignable = [k for k in desired if k not in pending and k not in stale]
+    if not live:
+        result.revoke = dict(revoke)
+        return result
+    current = {k: owners[k].worker_id for k in assignable
+               if k in owners and owners[k].worker_id in live}
+    # Partitions held by a worker that is neither live nor expired yet stay where they
+    # are: its lease decides, not this round.
+    held_elsewhere = {k for k in assignable if k in owners and owners[k].worker_id not in live}
+    target = assign(current, [k for k in assignable if k not in held_elsewhere], live, loads,
+                    allow_moves=allow_moves)
+    grant: dict[tuple[str, str], dict[PartitionKey, str]] = defaultdict(dict)
+    for key, worker in target.items():
+        previous = current.get(key)
+        if previous is None:
+            grant[(key.flow, worker)][key] = desired[key]
+        elif previous != worker:  # a move: release first, grant in a later round
+            revoke[(key.flow, previous)][key] = owners[key].remote_topic
+    result.revoke = dict(revoke)
+    result.grant = dict(grant)
+    return result

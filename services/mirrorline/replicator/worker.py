@@ -1,0 +1,268 @@
+"""A replicator worker under a controller: it copies what the control log assigns it.
+
+The worker replays the control log like every service, and from then on does what the
+log says for its own id: copy the partitions assigned to it, pause and resume flows,
+let go of partitions revoked from it. It heartbeats to the leader about once a second
+with the control-log offset it has acted on and the partitions it runs; a revoked
+partition counts as released once a heartbeat at or after the revoke no longer lists it,
+and by then its progress is durable.
+
+Self-fencing: when no heartbeat has succeeded for three quarters of the lease the
+controller granted, the worker stops every partition by itself. The controller waits for
+the full lease before handing them to another worker, so two workers never copy the same
+partition at once, even across a network partition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import grpc
+from aiokafka import TopicPartition
+from opentelemetry.trace import Tracer
+
+from mirrorline.controlplane.log import ControlLog
+from mirrorline.core.errors import ConfigError
+from mirrorline.core.flowdefs import Definition, flow_settings
+from mirrorline.core.settings import MirrorSettings
+from mirrorline.replicator.flow import FlowReplicator
+from mirrorline.replicator.metrics import ReplicationMetrics
+from mirrorline.v1 import coordinator_pb2, coordinator_pb2_grpc, flows_pb2
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_S = 1.0
+#: Stop everything after this share of the lease without a successful heartbeat.
+FENCE_AT = 0.75
+
+
+@dataclass(frozen=True)
+class Desired:
+    """What the log wants one flow on this worker to look like."""
+
+    version: int
+    definition: Definition
+    partitions: Mapping[TopicPartition, str]
+    paused: bool
+
+
+class FlowDriver:
+    """Brings one FlowReplicator to the desired state, whenever it is connected."""
+
+    def __init__(self, flow: FlowReplicator, desired: Desired,
+                 on_settled: Callable[[], None]) -> None:
+        self.flow = flow
+        self._on_settled = on_settled
+        self.desired = desired
+        self.applied: Desired | None = None
+        self._changed = asyncio.Event()
+        self._changed.set()
+        self._task: asyncio.Task[None] | None = None
+        self._start: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._start = asyncio.create_task(self.flow.start(), name=f"start {self.flow.name}")
+        self._task = asyncio.create_task(self._run(), name=f"drive {self.flow.name}")
+
+    def want(self, desired: Desired) -> None:
+        self.desired = desired
+        self._changed.set()
+
+    @property
+    def settled(self) -> bool:
+        """Nothing left to do for the current wish. A flow that has not connected yet runs
+        nothing, so it holds up no release (it takes its partitions once connected)."""
+        return self.applied is self.desired or not self.flow.ready.is_set()
+
+    async def _run(self) -> None:
+        await self.flow.ready.wait()
+        self._on_settled()
+        while True:
+            await self._changed.wait()
+            self._changed.clear()
+            desired = self.desired
+            await self.flow.set_partitions(desired.partitions)
+            if desired.paused and not self.flow.paused:
+                self.flow.pause()
+            elif not desired.paused and self.flow.paused:
+                self.flow.resume()
+            self.applied = desired
+            self._on_settled()
+
+    async def stop(self) -> None:
+        for task in (self._task, self._start):
+            if task is not None:
+                task.cancel()
+        await asyncio.gather(*(t for t in (self._task, self._start) if t is not None),
+                             return_exceptions=True)
+        with contextlib.suppress(Exception):
+            if self.flow.ready.is_set():
+                await self.flow.set_partitions({})
+        await self.flow.stop()
+
+
+class WorkerAgent:
+    def __init__(self, deployment: MirrorSettings, control: ControlLog, *, worker_id: str,
+                 address: str, metrics: ReplicationMetrics, tracer: Tracer) -> None:
+        self.deployment = deployment
+        self.control = control
+        self.worker_id = worker_id
+        self.address = address
+        self._metrics = metrics
+        self._tracer = tracer
+        self.drivers: dict[str, FlowDriver] = {}
+        self.broken: dict[str, str] = {}
+        self.fenced = False
+        self.acted_offset = -1
+        self.lease_s = 6.0
+        self._last_heartbeat_ok: float | None = None
+        self._changed = asyncio.Event()
+        self._settled = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._closing: set[asyncio.Future[None]] = set()
+        self._channel: grpc.aio.Channel | None = None
+        self._channel_address: str | None = None
+        self._started_ms = int(time.time() * 1000)
+        self.heartbeat_error: str | None = None
+
+    @property
+    def flows(self) -> list[FlowReplicator]:
+        return [d.flow for d in self.drivers.values()]
+
+    async def start(self) -> None:
+        self.control.listen(lambda *_: self._changed.set())
+        self._tasks.append(asyncio.create_task(self._follow(), name="follow control log"))
+        self._tasks.append(asyncio.create_task(self._heartbeats(), name="heartbeats"))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*(d.stop() for d in self.drivers.values()), return_exceptions=True)
+        if self._channel is not None:
+            await self._channel.close()
+
+    # -- following the log --------------------------------------------------------------
+    async def _follow(self) -> None:
+        while True:
+            offset = self.control.state.applied_offset
+            self._reconcile()
+            while not all(d.settled for d in self.drivers.values()):
+                self._settled.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._settled.wait(), 0.5)
+            self.acted_offset = offset
+            await self._drop_finished()
+            if self.control.state.applied_offset == offset:
+                self._changed.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._changed.wait(), 1.0)
+
+    def _reconcile(self) -> None:
+        state = self.control.state
+        mine: dict[str, dict[TopicPartition, str]] = {}
+        if not self.fenced:
+            for key, remote in state.owned_by(self.worker_id).items():
+                mine.setdefault(key.flow, {})[TopicPartition(key.topic, key.partition)] = remote
+        self.broken.clear()
+        for name in set(self.drivers) | set(mine):
+            record = state.flows.get(name)
+            driver = self.drivers.get(name)
+            partitions = mine.get(name, {})
+            if record is None:
+                if driver is not None:
+                    driver.want(Desired(driver.desired.version, driver.desired.definition,
+                                        {}, False))
+                continue
+            definition = Definition(record.source, record.target, record.properties)
+            desired = Desired(record.version, definition, partitions, record.paused)
+            if driver is not None and driver.desired.definition != definition:
+                # The definition changed: let this flow's partitions go, then start anew.
+                driver.want(Desired(desired.version, driver.desired.definition, {}, False))
+                continue
+            if driver is None:
+                if not partitions:
+                    continue
+                try:
+                    settings = flow_settings(self.deployment, definition)
+                except ConfigError as exc:
+                    self.broken[name] = str(exc)
+                    log.error("flow %s cannot run here: %s", name, exc)
+                    continue
+                driver = FlowDriver(FlowReplicator(settings, worker_id=self.worker_id,
+                                                   metrics=self._metrics, tracer=self._tracer,
+                                                   discover=False), desired,
+                                     self._settled.set)
+                self.drivers[name] = driver
+                driver.start()
+            elif desired != driver.desired:
+                driver.want(desired)
+
+    async def _drop_finished(self) -> None:
+        """Stop flows that own nothing any more (deleted, redefined, moved away); a
+        redefined flow starts again with its new definition on the next round."""
+        for name, driver in list(self.drivers.items()):
+            if not driver.desired.partitions and driver.settled:
+                del self.drivers[name]
+                await driver.stop()
+                self._changed.set()
+
+    # -- heartbeats and fencing ---------------------------------------------------------
+    def owned(self) -> list[flows_pb2.PartitionStatus]:
+        return [p for d in self.drivers.values() for p in d.flow.partitions()]
+
+    async def _heartbeats(self) -> None:
+        while True:
+            await self._heartbeat_once()
+            await asyncio.sleep(HEARTBEAT_S)
+
+    async def _heartbeat_once(self) -> None:
+        address = self.control.state.leader_address
+        now = time.monotonic()
+        if not address:
+            self.heartbeat_error = "no controller leads yet"
+            return
+        try:
+            stub = coordinator_pb2_grpc.CoordinatorStub(self._channel_to(address))
+            reply = await stub.Heartbeat(coordinator_pb2.WorkerHeartbeat(
+                worker_id=self.worker_id, address=self.address,
+                applied_offset=self.acted_offset, partitions=self.owned(),
+                started_at_ms=self._started_ms), timeout=max(1.0, self.lease_s / 4))
+        except grpc.aio.AioRpcError as exc:
+            self.heartbeat_error = f"heartbeat to {address} failed: {exc.code().name} " \
+                                   f"{exc.details()}"
+            self._maybe_fence(now)
+            return
+        self.lease_s = reply.lease_ms / 1000.0
+        self._last_heartbeat_ok = now
+        self.heartbeat_error = None
+        if self.fenced:
+            log.warning("worker %s: heartbeats succeed again; following the control log",
+                        self.worker_id)
+            self.fenced = False
+            self._changed.set()
+
+    def _maybe_fence(self, now: float) -> None:
+        if self.fenced or self._last_heartbeat_ok is None:
+            return
+        if now - self._last_heartbeat_ok > FENCE_AT * self.lease_s:
+            log.error("worker %s: no heartbeat for %.1fs (lease %.1fs); stopping every "
+                      "partition until the controller answers again", self.worker_id,
+                      now - self._last_heartbeat_ok, self.lease_s)
+            self.fenced = True
+            self._changed.set()
+
+    def _channel_to(self, address: str) -> grpc.aio.Channel:
+        if self._channel is None or self._channel_address != address:
+            if self._channel is not None:
+                closing = asyncio.ensure_future(self._channel.close())
+                self._closing.add(closing)
+                closing.add_done_callback(self._closing.discard)
+            self._channel = grpc.aio.insecure_channel(address)
+            self._channel_address = address
+        return self._channel
