@@ -10,7 +10,8 @@ base offset + 1 instead of the log end.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
@@ -155,3 +156,110 @@ async def wait_for(
         if loop.time() >= deadline:
             raise AssertionError(f"{message} (waited {timeout:g}s)")
         await asyncio.sleep(interval)
+
+
+async def commit_offsets(bootstrap: str, group: str, offsets: Mapping[tuple[str, int], int]
+                         ) -> None:
+    """Commit `offsets` for `group` as a consumer would after reading up to them (a
+    group-less commit: no member joins, so nothing waits for a rebalance)."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group,
+                                enable_auto_commit=False)
+    await consumer.start()
+    try:
+        tps = {TopicPartition(t, p): o for (t, p), o in offsets.items()}
+        consumer.assign(list(tps))
+        await consumer.commit(tps)
+    finally:
+        await consumer.stop()
+
+
+async def committed_offsets(bootstrap: str, group: str, partitions: Iterable[tuple[str, int]]
+                            ) -> dict[tuple[str, int], int | None]:
+    """The group's committed offset of each partition (None: nothing committed)."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group,
+                                enable_auto_commit=False)
+    await consumer.start()
+    try:
+        out: dict[tuple[str, int], int | None] = {}
+        for t, p in partitions:
+            offset = await consumer.committed(TopicPartition(t, p))
+            out[(t, p)] = None if offset is None or offset < 0 else int(offset)
+        return out
+    finally:
+        await consumer.stop()
+
+
+async def consume_as_group(bootstrap: str, group: str, topics: Sequence[str], *,
+                           quiet_s: float = 1.5, timeout: float = 30.0) -> list[Consumed]:
+    """Join `group`, read until nothing arrives for `quiet_s`, commit, leave; returns what
+    was read. Without a committed offset a partition is read from its start."""
+    consumer = AIOKafkaConsumer(*topics, bootstrap_servers=bootstrap, group_id=group,
+                                enable_auto_commit=False, auto_offset_reset="earliest",
+                                session_timeout_ms=6000, heartbeat_interval_ms=500,
+                                fetch_max_wait_ms=100)
+    await consumer.start()
+    try:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while not consumer.assignment():
+            if loop.time() > deadline:
+                raise AssertionError(f"group {group!r} was never assigned {list(topics)}")
+            await consumer.getmany(timeout_ms=200)
+        read: list[Consumed] = []
+        quiet_since = loop.time()
+        while loop.time() - quiet_since < quiet_s:
+            batches = await consumer.getmany(timeout_ms=200)
+            for batch in batches.values():
+                read.extend(batch)
+            if batches:
+                quiet_since = loop.time()
+            if loop.time() > deadline:
+                break
+        await consumer.commit()
+        return read
+    finally:
+        await consumer.stop()
+
+
+async def read_from_committed(bootstrap: str, group: str, topic: str) -> list[Consumed]:
+    """What a consumer of `group` would read next from `topic`: from each partition's
+    committed offset (its start when none) to the end -- without joining the group.
+
+    Tansu never forgets a member that left a group (DescribeGroups keeps reporting it and
+    offsets can no longer be committed from outside), so tests that must write to a group
+    later read "as the group" this way instead of joining it.
+    """
+    records = await consume_all(bootstrap, topic)
+    starts = await committed_offsets(bootstrap, group, [(topic, p) for p in records])
+    return [r for p, rs in records.items() for r in rs if r.offset >= (starts[(topic, p)] or 0)]
+
+
+@contextlib.asynccontextmanager
+async def steady(bootstrap: str, topic: str, partitions: int, *, burst: int = 60,
+                 pause_s: float = 0.02, value: Callable[[int], bytes] = lambda n: str(n).encode(),
+                 key: Callable[[int], bytes | None] = lambda n: None,
+                 ) -> AsyncIterator[list[int]]:
+    """Produce numbered records round-robin over the partitions until the block exits (in
+    bursts of `burst`, each acknowledged, then a short pause); yields `[count sent]`."""
+    sent, stop = [0], asyncio.Event()
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=2)
+    await producer.start()
+
+    async def run() -> None:
+        while not stop.is_set():
+            futures = []
+            for _ in range(burst):
+                n = sent[0]
+                futures.append(await producer.send(topic, value(n), key=key(n),
+                                                   partition=n % partitions))
+                sent[0] += 1
+            await asyncio.gather(*futures)
+            await asyncio.sleep(pause_s)
+
+    task = asyncio.create_task(run())
+    try:
+        yield sent
+    finally:
+        stop.set()
+        await task
+        await producer.stop()

@@ -137,16 +137,15 @@ class ServiceProcess:
 
 
 @contextlib.asynccontextmanager
-async def replicator(config: str, tmp: Path, *, name: str = "replicator",
-                     extra: list[str] | None = None, serving: bool = True
-                     ) -> AsyncIterator[ServiceProcess]:
-    """A running `mirrorline replicator` for `config` (waits for SERVING unless told not to)."""
+async def _standalone(service: str, id_flag: str, config: str, tmp: Path, name: str,
+                      extra: list[str] | None, serving: bool) -> AsyncIterator[ServiceProcess]:
+    """A running `mirrorline <service>` with flows from `config` (no controller)."""
     path = tmp / f"{name}.properties"
     path.write_text(config)
     port, metrics = free_port(), free_port()
     proc = ServiceProcess(
-        ["replicator", "--config", str(path), "--grpc-port", str(port), "--metrics-port",
-         str(metrics), "--worker-id", name, *(extra or [])],
+        [service, "--config", str(path), "--grpc-port", str(port), "--metrics-port",
+         str(metrics), id_flag, name, *(extra or [])],
         grpc_port=port, log_path=tmp / f"{name}.log", metrics_port=metrics)
     await proc.start()
     try:
@@ -155,6 +154,20 @@ async def replicator(config: str, tmp: Path, *, name: str = "replicator",
         yield proc
     finally:
         await proc.close()
+
+
+def replicator(config: str, tmp: Path, *, name: str = "replicator",
+               extra: list[str] | None = None, serving: bool = True
+               ) -> contextlib.AbstractAsyncContextManager[ServiceProcess]:
+    """A running standalone `mirrorline replicator` (waits for SERVING unless told not to)."""
+    return _standalone("replicator", "--worker-id", config, tmp, name, extra, serving)
+
+
+def checkpointer(config: str, tmp: Path, *, name: str = "checkpointer",
+                 extra: list[str] | None = None, serving: bool = True
+                 ) -> contextlib.AbstractAsyncContextManager[ServiceProcess]:
+    """A running `mirrorline checkpointer` for the flows of `config`."""
+    return _standalone("checkpointer", "--instance-id", config, tmp, name, extra, serving)
 
 
 def deployment_config(clusters: Mapping[str, LocalBroker | str],
@@ -174,6 +187,7 @@ class Deployment:
         self.lease_ms = lease_ms
         self.controllers: dict[str, ServiceProcess] = {}
         self.workers: dict[str, ServiceProcess] = {}
+        self.checkpointers: dict[str, ServiceProcess] = {}
 
     async def controller(self, name: str = "c1", *, wait: bool = True) -> ServiceProcess:
         port = free_port()
@@ -195,6 +209,16 @@ class Deployment:
             log_path=self.tmp / f"{name}.log")
         await proc.start()
         self.workers[name] = proc
+        return proc
+
+    async def checkpointer(self, name: str = "k1") -> ServiceProcess:
+        port = free_port()
+        proc = ServiceProcess(
+            ["checkpointer", "--managed", "--config", str(self.path), "--instance-id", name,
+             "--grpc-port", str(port), "--metrics-port", "-1"], grpc_port=port,
+            log_path=self.tmp / f"{name}.log")
+        await proc.start()
+        self.checkpointers[name] = proc
         return proc
 
     def admin(self, name: str | None = None) -> admin_pb2_grpc.AdminStub:
@@ -230,7 +254,8 @@ class Deployment:
                 if p.state == flows_pb2.PARTITION_STATE_RUNNING}
 
     async def close(self) -> None:
-        await asyncio.gather(*(p.close() for p in [*self.workers.values(),
+        await asyncio.gather(*(p.close() for p in [*self.checkpointers.values(),
+                                                   *self.workers.values(),
                                                    *self.controllers.values()]))
 
 

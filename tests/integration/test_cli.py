@@ -26,7 +26,7 @@ async def mirrorline(*args: str, timeout: float = 30) -> tuple[int, str]:
     return proc.returncode, out.decode()
 
 
-@pytest.mark.parametrize("command", ["replicator", "run"])
+@pytest.mark.parametrize("command", ["replicator", "checkpointer", "run"])
 @pytest.mark.parametrize(("text", "named"), [
     ("clusters = a, b\na.bootstrap.servers = x:1\nb.bootstrap.servers = y:1\n"
      "a->c.enabled = true\n", ["a->c.enabled", "mm2.properties:4:", "c"]),
@@ -47,6 +47,14 @@ async def test_bad_configuration_exits_2_naming_the_key_and_starts_nothing(
     for fragment in named:
         assert fragment in out, f"{fragment!r} missing from: {out}"
     assert "started (pid" not in out
+
+
+async def test_a_checkpointer_with_no_flow_to_checkpoint_exits_2(tmp_path: Path) -> None:
+    config = tmp_path / "mm2.properties"
+    config.write_text("clusters = a, b\na.bootstrap.servers = x:1\nb.bootstrap.servers = y:1\n")
+    code, out = await mirrorline("checkpointer", "--config", str(config), "--metrics-port", "-1",
+                                 "--grpc-port", "0")
+    assert code == 2 and "no enabled replication flow to checkpoint" in out
 
 
 async def test_a_missing_config_file_is_named(tmp_path: Path) -> None:

@@ -162,3 +162,29 @@ async def _wait_dead(pid: int, within: float = 5.0) -> None:
     while is_alive(pid):
         assert loop.time() < deadline, f"pid {pid} still alive"
         await asyncio.sleep(0.05)
+
+
+async def _mirrorline(*args: str) -> tuple[int, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "mirrorline", *args, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT)
+    out, _ = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode()
+
+
+async def test_dev_produce_and_consume_report_what_a_group_read(
+        primary: LocalBroker, unique: str) -> None:
+    """The drill's tools: numbered records in; a group reads part, then the rest."""
+    topic, group = f"{unique}-drill", f"{unique}-readers"
+    code, out = await _mirrorline("dev", "produce", primary.bootstrap, topic, "--count", "90")
+    assert (code, out.strip()) == (0, f"produced 90 records to {topic}")
+    records = await consume_all(primary.bootstrap, topic, expected=90)
+    assert len(records) == 3
+    assert sorted(int(r.value.decode().rsplit("-", 1)[1]) for rs in records.values()
+                  for r in rs) == list(range(90))
+    code, out = await _mirrorline("dev", "consume", primary.bootstrap, topic, "--group", group,
+                                  "--max", "40")
+    assert code == 0 and out.startswith("read 40 records (40 distinct")
+    code, out = await _mirrorline("dev", "consume", primary.bootstrap, topic, "--group", group)
+    assert code == 0 and out.startswith("read 50 records (50 distinct"), out

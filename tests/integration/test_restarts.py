@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import signal
-from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
 import pytest
-from aiokafka import AIOKafkaProducer
-from helpers import consume_all, create_topic, wait_for
+from helpers import consume_all, create_topic, steady, wait_for
 from procs import mm2_config, replicator
 
 from mirrorline.dev.brokers import LocalBroker
@@ -25,33 +23,11 @@ VALUE_BYTES = 100
 BATCH_BYTES = 16384
 
 
-@contextlib.asynccontextmanager
-async def steady_producer(bootstrap: str, topic: str) -> AsyncIterator[list[int]]:
-    """Produces numbered records to every partition until the block exits; yields the count."""
-    sent = [0]
-    stop = asyncio.Event()
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=2)
-    await producer.start()
-
-    async def run() -> None:
-        while not stop.is_set():
-            futures = []
-            for _ in range(200):
-                n = sent[0]
-                futures.append(await producer.send(
-                    topic, key=str(n).encode(), value=str(n).encode().rjust(VALUE_BYTES, b"."),
-                    partition=n % PARTITIONS))
-                sent[0] += 1
-            await asyncio.gather(*futures)
-            await asyncio.sleep(0.01)
-
-    task = asyncio.create_task(run())
-    try:
-        yield sent
-    finally:
-        stop.set()
-        await task
-        await producer.stop()
+def steady_producer(bootstrap: str, topic: str) -> AbstractAsyncContextManager[list[int]]:
+    """Numbered records (key and value carry the number) to every partition."""
+    return steady(bootstrap, topic, PARTITIONS, burst=200, pause_s=0.01,
+                  value=lambda n: str(n).encode().rjust(VALUE_BYTES, b"."),
+                  key=lambda n: str(n).encode())
 
 
 def config_for(primary: LocalBroker, backup: LocalBroker, topic: str) -> str:

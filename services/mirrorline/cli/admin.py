@@ -1,9 +1,12 @@
 """`mirrorline admin ...`: a thin client of the controller's Admin API.
 
-The API is `proto/mirrorline/v1/admin.proto`. This module parses arguments, builds requests
-(`build_create_request`, `build_update_request`), calls the controller with the synchronous
-gRPC API and prints the answer: a table (`mirrorline.cli.admin_format`) or, with
-`--output json`, one JSON document per response.
+The API is `proto/mirrorline/v1/admin.proto` (offset translation, failover and failback:
+`proto/mirrorline/v1/failover.proto`). This module parses arguments, builds requests
+(`build_create_request`, `build_update_request`, `build_translate_request`, ...), calls the
+controller with the synchronous gRPC API and prints the answer: a table
+(`mirrorline.cli.admin_format`) or, with `--output json`, one JSON document per response.
+Warnings in an answer go to stderr as `mirrorline: warning: ...` (with `--output json` they
+are in the document only).
 
 A controller that is not the leader answers UNAVAILABLE with the trailing metadata
 `leader-address`; every call is then retried once against that address
@@ -13,6 +16,12 @@ argument errors exit with argparse's status 2.
 
 The options `--server`, `--output` and `--timeout` are accepted after `admin` and after any
 of its subcommands (`mirrorline admin flows list --output json`); the last one given wins.
+`--timeout` is the deadline of each call, except `failover execute --mode drain`, which
+waits for the drain: its deadline is the larger of `--timeout` and the drain timeout plus
+30 seconds (`call_deadline`).
+
+Commands: `flows list|get|create|update|pause|resume|delete|import`, `status`, `workers`,
+`offsets translate`, `failover plan|execute|to-time`, `failback plan|execute`.
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final, TypeVar, cast
 
 import grpc
@@ -31,29 +41,45 @@ from google.protobuf.message import Message
 
 from mirrorline.cli.admin_format import (
     format_deleted,
+    format_failback_plan,
+    format_failback_result,
+    format_failover_plan,
+    format_failover_result,
     format_flow,
     format_flows,
     format_import,
     format_status,
+    format_translate,
     format_workers,
     to_json,
 )
 from mirrorline.ports import GRPC_PORTS
-from mirrorline.v1 import admin_pb2, admin_pb2_grpc, flows_pb2
+from mirrorline.v1 import admin_pb2, admin_pb2_grpc, failover_pb2, flows_pb2
 
 __all__ = [
+    "DEFAULT_DRAIN_TIMEOUT",
     "DEFAULT_SERVER",
+    "DRAIN_DEADLINE_MARGIN",
+    "FAILOVER_MODES",
     "LEADER_ADDRESS_KEY",
     "POLICY_CLASSES",
     "SERVER_ENV",
     "AdminError",
     "RequestError",
     "build_create_request",
+    "build_execute_failback_request",
+    "build_execute_failover_request",
+    "build_failover_to_time_request",
+    "build_plan_failback_request",
+    "build_plan_failover_request",
+    "build_translate_request",
     "build_update_request",
+    "call_deadline",
     "flow_properties",
     "leader_redirect",
     "parse_flow_name",
     "parse_property",
+    "parse_time",
     "policy_class",
     "register",
     "resolve_server",
@@ -72,6 +98,18 @@ POLICY_CLASSES: Final[Mapping[str, str]] = {
     "default": _MIRROR_PACKAGE + "DefaultReplicationPolicy",
     "identity": _MIRROR_PACKAGE + "IdentityReplicationPolicy",
 }
+
+#: `--mode` of `failover execute` -> FailoverMode. There is no default: a drain waits for
+#: every record and commits exact offsets, `now` commits what can be translated at once.
+FAILOVER_MODES: Final[Mapping[str, failover_pb2.FailoverMode.ValueType]] = {
+    "drain": failover_pb2.FAILOVER_MODE_DRAIN,
+    "now": failover_pb2.FAILOVER_MODE_NOW,
+}
+#: The drain timeout the server applies when the request leaves it at 0 (seconds).
+DEFAULT_DRAIN_TIMEOUT: Final = 60.0
+#: What the deadline of a drain adds to the drain timeout (seconds).
+DRAIN_DEADLINE_MARGIN: Final = 30.0
+_INT32_MAX: Final = 2**31 - 1
 
 #: ANSI: cursor home, clear the screen; `status --watch` redraws in place on a terminal.
 CLEAR_SCREEN: Final = "\x1b[H\x1b[2J"
@@ -135,6 +173,57 @@ def _positive_seconds(text: str) -> float:
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"{text!r}: must be a positive number of seconds")
     return value
+
+
+def _name(what: str) -> Callable[[str], str]:
+    """A group, topic or confirmation text: kept as given, but not empty or blank."""
+    def parse(text: str) -> str:
+        if not text.strip():
+            raise argparse.ArgumentTypeError(f"the {what} is empty")
+        return text
+    return parse
+
+
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+_TIME_EXAMPLES: Final = "e.g. 2026-11-21T04:03:00Z, 2026-11-21 04:03:00+02:00 or 1795233780000"
+
+
+def parse_time(text: str) -> int:
+    """`--time`: epoch milliseconds, or ISO 8601 with a zone -> epoch milliseconds.
+
+    ``1795233780000``, ``2026-11-21T04:03:00Z``, ``2026-11-21 04:03:00.250+02:00``. A time
+    without a zone is refused (whose local time would it be?), and so are times before 1970,
+    numbers that look like epoch seconds (10 or 11 digits: as milliseconds they would be a
+    day in 1970-1973) and numbers past the year 5000 (micro- or nanoseconds).
+    """
+    value = text.strip()
+    if value.isdigit():  # ASCII digits only: isdigit() also accepts e.g. superscripts
+        if not value.isascii():
+            raise argparse.ArgumentTypeError(f"{text!r} is not a time ({_TIME_EXAMPLES})")
+        ms = int(value)
+        if 10**9 <= ms < 10**11:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} looks like epoch seconds: give epoch milliseconds "
+                f"({value}000) or an ISO 8601 time")
+        if ms >= 10**14:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is past the year 5000: give epoch milliseconds, not micro- or "
+                f"nanoseconds")
+        return ms
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a time: give epoch milliseconds or ISO 8601 with a zone "
+            f"({_TIME_EXAMPLES})") from None
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        base = value if ":" in value else moment.isoformat()  # a date alone takes no zone
+        raise argparse.ArgumentTypeError(
+            f"{text!r} has no time zone: add one, e.g. {base}Z for UTC or {base}+02:00")
+    ms = (moment - _EPOCH) // timedelta(milliseconds=1)
+    if ms < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is before 1970")
+    return ms
 
 
 def _server_address(text: str) -> str:
@@ -212,6 +301,87 @@ def build_update_request(args: argparse.Namespace) -> admin_pb2.UpdateFlowReques
         raise RequestError("nothing to change: give --topics, --topics-exclude, --policy, "
                            "--set or --unset")
     return admin_pb2.UpdateFlowRequest(name=args.name, set=properties, unset=unset)
+
+
+def _unique(values: Iterable[str] | None) -> list[str]:
+    """`values` without repeats, in the order given."""
+    return list(dict.fromkeys(values or ()))
+
+
+def build_translate_request(args: argparse.Namespace) -> failover_pb2.TranslateOffsetsRequest:
+    """`offsets translate FLOW --group GROUP` -> TranslateOffsetsRequest."""
+    return failover_pb2.TranslateOffsetsRequest(flow=args.flow, group=args.group)
+
+
+def build_plan_failover_request(args: argparse.Namespace) -> failover_pb2.PlanFailoverRequest:
+    """`failover plan FLOW --group G...` -> PlanFailoverRequest (groups once each, in the
+    order given)."""
+    return failover_pb2.PlanFailoverRequest(flow=args.flow, groups=_unique(args.groups))
+
+
+def build_execute_failover_request(
+        args: argparse.Namespace) -> failover_pb2.ExecuteFailoverRequest:
+    """`failover execute FLOW --group G... --mode drain|now [--drain-timeout SECONDS]` ->
+    ExecuteFailoverRequest; without `--drain-timeout` the server's default (60 s) applies.
+
+    RequestError: `--drain-timeout` with `--mode now`, or longer than the field holds.
+    """
+    drain_timeout_ms = 0
+    if args.drain_timeout is not None:
+        if args.mode != "drain":
+            raise RequestError("--drain-timeout only applies with --mode drain")
+        drain_timeout_ms = max(1, round(args.drain_timeout * 1000))
+        if drain_timeout_ms > _INT32_MAX:
+            raise RequestError(f"--drain-timeout is at most {_INT32_MAX // 1000} seconds")
+    return failover_pb2.ExecuteFailoverRequest(
+        flow=args.flow, groups=_unique(args.groups), mode=FAILOVER_MODES[args.mode],
+        drain_timeout_ms=drain_timeout_ms)
+
+
+def build_failover_to_time_request(
+        args: argparse.Namespace) -> failover_pb2.FailoverToTimeRequest:
+    """`failover to-time FLOW --group G... --time TIME` -> FailoverToTimeRequest (`--time`
+    is already epoch milliseconds: `parse_time` is its type)."""
+    return failover_pb2.FailoverToTimeRequest(flow=args.flow, groups=_unique(args.groups),
+                                              timestamp_ms=args.time)
+
+
+def build_plan_failback_request(args: argparse.Namespace) -> failover_pb2.PlanFailbackRequest:
+    """`failback plan FLOW` -> PlanFailbackRequest."""
+    return failover_pb2.PlanFailbackRequest(flow=args.flow)
+
+
+def build_execute_failback_request(
+        args: argparse.Namespace) -> failover_pb2.ExecuteFailbackRequest:
+    """`failback execute FLOW [--scrape --confirm TEXT [--topic T...]]` ->
+    ExecuteFailbackRequest.
+
+    RequestError: `--scrape` without `--confirm` (the text comes from `failback plan`), or
+    `--confirm`/`--topic` without `--scrape` (both only qualify a scrape).
+    """
+    topics = _unique(args.topics)
+    if args.scrape:
+        if args.confirm is None:
+            raise RequestError(
+                f"--scrape needs --confirm TEXT: `mirrorline admin failback plan "
+                f"{args.flow}` prints the text")
+    elif args.confirm is not None:
+        raise RequestError("--confirm only applies with --scrape")
+    elif topics:
+        raise RequestError("--topic only applies with --scrape (it names the topics whose "
+                           "data is deleted on the old primary)")
+    return failover_pb2.ExecuteFailbackRequest(flow=args.flow, scrape=args.scrape,
+                                               topics=topics, confirm=args.confirm or "")
+
+
+def call_deadline(args: argparse.Namespace) -> float:
+    """The deadline of the call in seconds: `--timeout`; for `failover execute --mode
+    drain`, at least the drain timeout (`--drain-timeout`, else the server's 60 s) plus 30 s,
+    so that the client does not give up on a drain the server still runs."""
+    if getattr(args, "mode", None) != "drain":
+        return float(args.timeout)
+    drain = args.drain_timeout if args.drain_timeout is not None else DEFAULT_DRAIN_TIMEOUT
+    return max(float(args.timeout), drain + DRAIN_DEADLINE_MARGIN)
 
 
 # --------------------------------------------------------------------------- calls
@@ -325,7 +495,7 @@ def _emit(args: argparse.Namespace, response: Message, render: Callable[[], str]
 
 
 def _connection(args: argparse.Namespace) -> Connection:
-    return Connection(resolve_server(args.server, os.environ), args.timeout)
+    return Connection(resolve_server(args.server, os.environ), call_deadline(args))
 
 
 def _fail(error: AdminError) -> int:
@@ -336,7 +506,9 @@ def _fail(error: AdminError) -> int:
 def _unary(args: argparse.Namespace,
            method: Callable[[admin_pb2_grpc.AdminStub],
                             grpc.UnaryUnaryMultiCallable[_Req, _Resp]],
-           request: _Req, render: Callable[[_Resp], str]) -> int:
+           request: _Req, render: Callable[[_Resp], str],
+           warnings: Callable[[_Resp], Iterable[str]] | None = None) -> int:
+    """Call, print the answer (and its `warnings` on stderr, unless the output is JSON)."""
     try:
         response = invoke(_connection(args), method, request)
     except AdminError as error:
@@ -344,6 +516,9 @@ def _unary(args: argparse.Namespace,
     except KeyboardInterrupt:
         return 130
     _emit(args, response, lambda: render(response))
+    if warnings is not None and args.output != "json":
+        for warning in warnings(response):
+            print(f"mirrorline: warning: {warning}", file=sys.stderr)
     return 0
 
 
@@ -423,6 +598,50 @@ def _flows_import(args: argparse.Namespace) -> int:
 def _workers(args: argparse.Namespace) -> int:
     return _unary(args, lambda stub: stub.ListWorkers, admin_pb2.ListWorkersRequest(),
                   lambda response: format_workers(response, now_ms=int(time.time() * 1000)))
+
+
+def _built(args: argparse.Namespace, build: Callable[[argparse.Namespace], _Req]) -> _Req:
+    """`build(args)`; a RequestError is a usage error (exit status 2)."""
+    try:
+        return build(args)
+    except RequestError as exc:
+        _usage_error(args, str(exc))
+        raise AssertionError("unreachable") from None  # pragma: no cover
+
+
+def _offsets_translate(args: argparse.Namespace) -> int:
+    return _unary(args, lambda stub: stub.TranslateOffsets,
+                  _built(args, build_translate_request), format_translate)
+
+
+def _failover_plan(args: argparse.Namespace) -> int:
+    """A report: status 0 whether the plan is safe or not."""
+    return _unary(args, lambda stub: stub.PlanFailover,
+                  _built(args, build_plan_failover_request), format_failover_plan)
+
+
+def _failover_execute(args: argparse.Namespace) -> int:
+    return _unary(args, lambda stub: stub.ExecuteFailover,
+                  _built(args, build_execute_failover_request), format_failover_result,
+                  warnings=lambda result: result.warnings)
+
+
+def _failover_to_time(args: argparse.Namespace) -> int:
+    return _unary(args, lambda stub: stub.FailoverToTime,
+                  _built(args, build_failover_to_time_request),
+                  lambda result: format_failover_result(result, at_ms=args.time),
+                  warnings=lambda result: result.warnings)
+
+
+def _failback_plan(args: argparse.Namespace) -> int:
+    return _unary(args, lambda stub: stub.PlanFailback,
+                  _built(args, build_plan_failback_request), format_failback_plan)
+
+
+def _failback_execute(args: argparse.Namespace) -> int:
+    return _unary(args, lambda stub: stub.ExecuteFailback,
+                  _built(args, build_execute_failback_request), format_failback_result,
+                  warnings=lambda result: result.warnings)
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -592,6 +811,79 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                              "controller's, 2)")
 
     leaf(admin_sub, "workers", _workers, "replicator workers and their partitions")
+
+    def group(name: str, help_text: str) -> Any:
+        parser = admin_sub.add_parser(name, parents=[common], help=help_text)
+        parser.set_defaults(handler=_help_for(parser), command_parser=parser)
+        return parser.add_subparsers(dest=f"{name}_command", metavar="ACTION")
+
+    def flow_argument(parser: argparse.ArgumentParser, help_text: str) -> None:
+        parser.add_argument("flow", type=parse_flow_name, metavar="FLOW", help=help_text)
+
+    def groups_option(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--group", dest="groups", type=_name("group"), action="append",
+                            required=True, metavar="GROUP",
+                            help="consumer group (repeatable; at least one)")
+
+    offsets_sub = group("offsets", "consumer group offsets across a flow")
+    translate = leaf(offsets_sub, "translate", _offsets_translate,
+                     "show where a group's source offsets are on the target")
+    flow_argument(translate, "the flow, SOURCE->TARGET")
+    translate.add_argument("--group", type=_name("group"), required=True, metavar="GROUP",
+                           help="consumer group")
+
+    failover_sub = group("failover", "move consumer groups from a flow's source to its "
+                                     "target")
+    plan = leaf(failover_sub, "plan", _failover_plan,
+                "report whether the groups can fail over now, and at what cost "
+                "(changes nothing)")
+    flow_argument(plan, "the flow to fail over, SOURCE->TARGET")
+    groups_option(plan)
+
+    execute = leaf(failover_sub, "execute", _failover_execute,
+                   "commit the groups' translated offsets on the target")
+    flow_argument(execute, "the flow to fail over, SOURCE->TARGET")
+    groups_option(execute)
+    execute.add_argument(
+        "--mode", choices=tuple(FAILOVER_MODES), required=True,
+        help="drain: planned failover, wait until every record is mirrored, then commit "
+             "exact offsets; now: unplanned failover, commit what can be translated at "
+             "once (records not mirrored yet are not on the target; some may be repeated)")
+    execute.add_argument(
+        "--drain-timeout", type=_positive_seconds, metavar="SECONDS",
+        help=f"with --mode drain: how long the server waits for the drain (default: "
+             f"{DEFAULT_DRAIN_TIMEOUT:g}); the call's deadline is at least this plus "
+             f"{DRAIN_DEADLINE_MARGIN:g}")
+
+    to_time = leaf(failover_sub, "to-time", _failover_to_time,
+                   "commit offsets on the target at the first records at or after a time")
+    flow_argument(to_time, "the flow to fail over, SOURCE->TARGET")
+    groups_option(to_time)
+    to_time.add_argument(
+        "--time", type=parse_time, required=True, metavar="TIME",
+        help="epoch milliseconds, or ISO 8601 with a zone (2026-11-21T04:03:00Z, "
+             "'2026-11-21 04:03:00+02:00')")
+
+    failback_sub = group("failback", "mirror back to the old primary after a failover")
+    back_plan = leaf(failback_sub, "plan", _failback_plan,
+                     "what a failback would do: reverse flow, diverged records, groups "
+                     "(changes nothing)")
+    flow_argument(back_plan, "the flow that was failed over from, e.g. primary->backup")
+
+    back_execute = leaf(failback_sub, "execute", _failback_execute,
+                        "create the reverse flow, scraping the old primary first if asked")
+    flow_argument(back_execute, "the flow that was failed over from, e.g. primary->backup")
+    back_execute.add_argument(
+        "--scrape", action="store_true",
+        help="first delete the old primary's data and committed offsets of the topics "
+             "(needs --confirm)")
+    back_execute.add_argument(
+        "--confirm", type=_name("confirmation text"), metavar="TEXT",
+        help="with --scrape: the text printed by `failback plan`")
+    back_execute.add_argument(
+        "--topic", dest="topics", type=_name("topic"), action="append", metavar="TOPIC",
+        help="with --scrape: scrape only this topic (repeatable; default: every topic of "
+             "the flow)")
 
 
 def _min_interval(text: str) -> float:

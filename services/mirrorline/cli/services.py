@@ -1,4 +1,5 @@
-"""`mirrorline replicator` and `mirrorline run`: starting services from an MM2 properties file."""
+"""`mirrorline replicator|controller|checkpointer|run`: starting services from an MM2
+properties file."""
 
 from __future__ import annotations
 
@@ -60,6 +61,18 @@ def register(subparsers: Any) -> None:
                      help="controller and worker lease (default %(default)s ms)")
     ctl.set_defaults(handler=_controller)
 
+    chk = subparsers.add_parser("checkpointer",
+                                help="run a checkpointer (checkpoints, offset translation, "
+                                     "failover)")
+    _common(chk)
+    chk.add_argument("--managed", action="store_true",
+                     help="take flows from the controller's control log (default: every "
+                          "enabled flow of the file)")
+    chk.add_argument("--instance-id", default="checkpointer",
+                     help="name of this checkpointer (default %(default)s)")
+    _ports(chk, "checkpointer")
+    chk.set_defaults(handler=_checkpointer)
+
     run = subparsers.add_parser("run", help="start this deployment's services as processes")
     _common(run)
     run.add_argument("--workers", type=int, default=2, metavar="N",
@@ -114,6 +127,24 @@ def _controller(args: argparse.Namespace) -> int:
         lease_ms=args.lease_ms, worker_lease_ms=args.lease_ms))
 
 
+def _checkpointer(args: argparse.Namespace) -> int:
+    configure_logging("checkpointer", args.log_level)
+    settings = load_settings(args.config)
+    if settings is None:
+        return 2
+    from mirrorline.checkpointer.service import CheckpointerService
+
+    try:
+        return run_service(lambda: CheckpointerService(
+            settings, instance_id=args.instance_id, targets=args.clusters,
+            grpc_host=args.bind, grpc_port=args.grpc_port, metrics_host=args.bind,
+            metrics_port=None if args.metrics_port < 0 else args.metrics_port,
+            managed=args.managed, advertise=args.advertise))
+    except ConfigError as exc:
+        print(f"mirrorline: configuration error: {exc}", file=sys.stderr)
+        return 2
+
+
 def _run(args: argparse.Namespace) -> int:
     configure_logging("run", args.log_level)
     settings = load_settings(args.config)
@@ -142,4 +173,7 @@ def _run(args: argparse.Namespace) -> int:
                                                *ports("replicator", i),
                                                "--worker-id", f"replicator-{i}"))
                  for i in range(args.workers)]
+    children.append(ChildSpec("checkpointer", ("checkpointer", "--managed", *common,
+                                                *ports("checkpointer"),
+                                                "--instance-id", "checkpointer-0")))
     return asyncio.run(Supervisor(children).run())

@@ -17,6 +17,7 @@ import grpc
 
 from mirrorline.controller import status
 from mirrorline.controller.discovery import Discoveries
+from mirrorline.controller.failback import Failback, FailbackError, confirmation
 from mirrorline.controller.workers import WorkerRegistry
 from mirrorline.core.config import parse_config
 from mirrorline.core.control import ControlState, FlowRecord, Outcome
@@ -31,7 +32,14 @@ from mirrorline.core.flowdefs import (
     property_of,
 )
 from mirrorline.core.settings import MirrorSettings
-from mirrorline.v1 import admin_pb2, admin_pb2_grpc, control_pb2, flows_pb2
+from mirrorline.v1 import (
+    admin_pb2,
+    admin_pb2_grpc,
+    control_pb2,
+    failover_pb2,
+    failover_pb2_grpc,
+    flows_pb2,
+)
 
 Context = grpc.aio.ServicerContext[Any, Any]
 
@@ -193,6 +201,127 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
                           context: Context) -> admin_pb2.ListWorkersResponse:
         await self._c.require_leader(context)
         return status.workers(self._c.state, self._c.registry)
+
+    # -- offsets and disaster recovery ----------------------------------------------------
+    async def TranslateOffsets(self, request: failover_pb2.TranslateOffsetsRequest,
+                               context: Context) -> failover_pb2.TranslateOffsetsResponse:
+        await self._c.require_leader(context)
+        await self._existing(request.flow, context)
+        if not request.group:
+            await _invalid(context, "group", "is required")
+        stub = await self._checkpointer(context)
+        reply: failover_pb2.TranslateOffsetsResponse = await self._forward(
+            context, stub.TranslateOffsets, request, 30)
+        return reply
+
+    async def PlanFailover(self, request: failover_pb2.PlanFailoverRequest,
+                           context: Context) -> failover_pb2.FailoverPlan:
+        await self._c.require_leader(context)
+        await self._existing(request.flow, context)
+        if not request.groups:
+            await _invalid(context, "groups", "name at least one consumer group")
+        stub = await self._checkpointer(context)
+        reply: failover_pb2.FailoverPlan = await self._forward(
+            context, stub.PlanFailover, request, 30)
+        return reply
+
+    async def ExecuteFailover(self, request: failover_pb2.ExecuteFailoverRequest,
+                              context: Context) -> failover_pb2.FailoverResult:
+        await self._c.require_leader(context)
+        await self._existing(request.flow, context)
+        if not request.groups:
+            await _invalid(context, "groups", "name at least one consumer group")
+        if request.mode == failover_pb2.FAILOVER_MODE_UNSPECIFIED:
+            await _invalid(context, "mode", "choose drain (planned: waits until everything "
+                                            "is mirrored) or now (unplanned)")
+        stub = await self._checkpointer(context)
+        timeout = (request.drain_timeout_ms or 60_000) / 1000 + 30
+        reply: failover_pb2.FailoverResult = await self._forward(
+            context, stub.ExecuteFailover, request, timeout)
+        return reply
+
+    async def FailoverToTime(self, request: failover_pb2.FailoverToTimeRequest,
+                             context: Context) -> failover_pb2.FailoverResult:
+        await self._c.require_leader(context)
+        await self._existing(request.flow, context)
+        if not request.groups:
+            await _invalid(context, "groups", "name at least one consumer group")
+        if request.timestamp_ms <= 0:
+            await _invalid(context, "timestamp_ms", "must be a positive epoch time in ms")
+        stub = await self._checkpointer(context)
+        reply: failover_pb2.FailoverResult = await self._forward(
+            context, stub.FailoverToTime, request, 120)
+        return reply
+
+    async def PlanFailback(self, request: failover_pb2.PlanFailbackRequest,
+                           context: Context) -> failover_pb2.FailbackPlan:
+        await self._c.require_leader(context)
+        record = await self._existing(request.flow, context)
+        try:
+            failback = await self._failback(record)
+            return await failback.plan(failback.reverse in self._c.state.flows)
+        except FailbackError as exc:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+            raise
+
+    async def ExecuteFailback(self, request: failover_pb2.ExecuteFailbackRequest,
+                              context: Context) -> failover_pb2.FailbackResult:
+        epoch = await self._c.require_leader(context)
+        record = await self._existing(request.flow, context)
+        try:
+            failback = await self._failback(record)
+        except FailbackError as exc:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+            raise
+        result = failover_pb2.FailbackResult(reverse_flow=failback.reverse)
+        if request.scrape:
+            if not record.paused:
+                await context.abort(grpc.StatusCode.FAILED_PRECONDITION, (
+                    f"pause flow {record.name} before scraping {record.source}: running, it "
+                    "would copy the emptied topics again"))
+            if request.confirm != confirmation(record):
+                await context.abort(grpc.StatusCode.FAILED_PRECONDITION, (
+                    f"scraping deletes the data of {record.source}: to confirm, pass "
+                    f"confirm {confirmation(record)!r} (see the failback plan)"))
+            try:
+                topics = list(request.topics) or list(await failback.topics())
+                scraped, deleted = await failback.scrape(topics)
+            except FailbackError as exc:
+                await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+                raise
+            result.scraped_topics.extend(scraped)
+            result.deleted_groups.extend(deleted)
+        if failback.reverse not in self._c.state.flows:
+            await self._append(context, epoch, flow_created=control_pb2.FlowCreated(
+                spec=flows_pb2.FlowSpec(source=record.target, target=record.source,
+                                        properties=dict(record.properties))))
+            result.created = True
+        result.warnings.extend(failback.warnings)
+        return result
+
+    async def _checkpointer(self, context: Context) -> failover_pb2_grpc.CheckpointerStub:
+        address = self._c.registry.service_address("checkpointer")
+        if address is None:
+            await context.abort(grpc.StatusCode.UNAVAILABLE,
+                                "no checkpointer has announced itself to this controller; "
+                                "is `mirrorline checkpointer --managed` running?")
+        assert address is not None
+        return failover_pb2_grpc.CheckpointerStub(self._c.registry.channel(address))
+
+    async def _forward(self, context: Context, call: Any, request: Any, timeout: float) -> Any:
+        try:
+            return await call(request, timeout=timeout)
+        except grpc.aio.AioRpcError as exc:
+            await context.abort(exc.code(), exc.details() or "")
+
+    async def _failback(self, record: FlowRecord) -> Failback:
+        try:
+            old = await self._c.discoveries.admin(record.source)
+            new = await self._c.discoveries.admin(record.target)
+        except Exception as exc:
+            raise_later = f"cannot reach the clusters of {record.name}: {exc!r}"
+            raise FailbackError(raise_later) from exc
+        return Failback(self._c.deployment, record, old, new)
 
     # -- helpers ----------------------------------------------------------------------
     def _report(self, flow: str | None) -> admin_pb2.StatusReport:

@@ -52,6 +52,8 @@ class WorkerRegistry:
     def __init__(self, lease_ms: int) -> None:
         self.lease_s = lease_ms / 1000.0
         self.workers: dict[str, WorkerView] = {}
+        #: Other services that said where they serve (e.g. "checkpointer").
+        self.services: dict[str, Announced] = {}
         self._channels: dict[str, grpc.aio.Channel] = {}
         #: Monotonic time from which leases are judged (set when this controller leads).
         self.since = time.monotonic()
@@ -88,9 +90,7 @@ class WorkerRegistry:
         live = [self.workers[w] for w in self.live()]
 
         async def ask(view: WorkerView) -> None:
-            channel = self._channels.get(view.address)
-            if channel is None:
-                channel = self._channels[view.address] = grpc.aio.insecure_channel(view.address)
+            channel = self.channel(view.address)
             try:
                 status = await replicator_pb2_grpc.ReplicatorStub(channel).GetStatus(
                     replicator_pb2.GetReplicatorStatusRequest(), timeout=timeout)
@@ -100,6 +100,19 @@ class WorkerRegistry:
                 view.current = list(status.partitions)
 
         await asyncio.gather(*(ask(v) for v in live if v.address))
+
+    def channel(self, address: str) -> grpc.aio.Channel:
+        channel = self._channels.get(address)
+        if channel is None:
+            channel = self._channels[address] = grpc.aio.insecure_channel(address)
+        return channel
+
+    def service_address(self, service: str) -> str | None:
+        """Where `service` serves, if it announced itself within the last lease or two."""
+        found = self.services.get(service)
+        if found is None or time.monotonic() - found.last_seen > 2 * max(self.lease_s, 5.0):
+            return None
+        return found.address
 
     async def close(self) -> None:
         for channel in self._channels.values():
@@ -120,10 +133,29 @@ class LeaderCheck(Protocol):
     async def require_leader(self, context: grpc.aio.ServicerContext[Any, Any]) -> int: ...
 
 
+@dataclass
+class Announced:
+    instance_id: str
+    address: str
+    last_seen: float
+
+
 class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
     def __init__(self, registry: WorkerRegistry, *, leader: LeaderCheck) -> None:
         self._registry = registry
         self._leader = leader
+
+    async def Announce(self, request: coordinator_pb2.ServiceAnnouncement,
+                       context: grpc.aio.ServicerContext[coordinator_pb2.ServiceAnnouncement,
+                                                         coordinator_pb2.AnnounceReply]
+                       ) -> coordinator_pb2.AnnounceReply:
+        epoch = await self._leader.require_leader(context)
+        if not request.service or not request.address:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                "service and address are required")
+        self._registry.services[request.service] = Announced(
+            request.instance_id, request.address, time.monotonic())
+        return coordinator_pb2.AnnounceReply(epoch=epoch)
 
     async def Heartbeat(self, request: coordinator_pb2.WorkerHeartbeat,
                         context: grpc.aio.ServicerContext[coordinator_pb2.WorkerHeartbeat,

@@ -181,6 +181,23 @@ class OffsetSyncStore:
             return sync.downstream_offset
         return sync.downstream_offset + 1
 
+    def lookup(self, topic: str, partition: int, upstream_offset: int) -> OffsetSync | None:
+        """The retained sync :meth:`translate_downstream` bases its answer on.
+
+        None exactly when that answer is None (not ready, no history) or -1 (the offset is
+        older than every retained sync); otherwise the newest retained sync at or below
+        ``upstream_offset``.
+        """
+        if not self._ready:
+            return None
+        slots = self._syncs.get((topic, partition))
+        if slots is None:
+            return None
+        sync = self._latest(slots, upstream_offset)
+        if sync.upstream_offset > upstream_offset:
+            return None
+        return sync
+
     def retained(self, topic: str, partition: int) -> list[OffsetSync]:
         """Distinct syncs kept for the partition, newest first (empty if none)."""
         slots = self._syncs.get((topic, partition), [])

@@ -7,6 +7,7 @@ act on. Decisions (what to create, with which configs) live in the pure core.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -50,6 +51,11 @@ class ClusterAdmin:
         self.alias = alias
         self._client = AIOKafkaAdminClient(**client_kwargs)
         self._default_rf: int | None = None
+
+    @property
+    def client(self) -> AIOKafkaAdminClient:
+        """The underlying aiokafka admin client (for adapters such as `kafka.groups`)."""
+        return self._client
 
     async def start(self) -> None:
         await self._client.start()
@@ -162,6 +168,34 @@ class ClusterAdmin:
             raise RuntimeError(f"cannot create topic {spec.name!r} on cluster "
                                f"{self.alias!r}: {error}")
         log.info("%s: created topic %s (%d partitions)", self.alias, spec.name, spec.partitions)
+
+    async def delete_topics(self, names: Iterable[str]) -> dict[str, str | None]:
+        """Delete topics; topic -> error text (None = deleted or already gone)."""
+        names = list(names)
+        if not names:
+            return {}
+        response = await self._client.delete_topics(names)
+        out: dict[str, str | None] = {}
+        for item in response.topic_error_codes:
+            name, code = item[0], item[1]
+            out[name] = None if code in (0, 3) else error_text(code)  # 3: unknown topic
+        return out
+
+    async def recreate_topics(self, specs: Iterable[TopicSpec], timeout: float = 60.0) -> None:
+        """Create topics that were just deleted: Kafka deletes in the background, so wait
+        until the old ones are gone from the metadata first."""
+        specs = list(specs)
+        names = {s.name for s in specs}
+        deadline = asyncio.get_running_loop().time() + timeout
+        while names & set(await self.topic_partitions(names)):
+            if asyncio.get_running_loop().time() > deadline:
+                raise RuntimeError(f"topics still being deleted after {timeout:.0f}s: "
+                                   f"{', '.join(sorted(names))}")
+            await asyncio.sleep(0.5)
+        errors = await self.create_topics(specs)
+        failed = {n: e for n, e in errors.items() if e}
+        if failed:
+            raise RuntimeError(f"cannot recreate topics on {self.alias!r}: {failed}")
 
     async def create_partitions(self, topic: str, total: int) -> None:
         """Grow `topic` to `total` partitions; UnsupportedByBroker when the broker cannot."""

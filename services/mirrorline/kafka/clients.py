@@ -19,6 +19,7 @@ they are neither translated nor reported.
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import re
 import ssl
@@ -34,6 +35,8 @@ from mirrorline.kafka._jaas import LoginModule, parse_jaas
 __all__ = ["ClientKwargs", "admin_kwargs", "consumer_kwargs", "producer_kwargs"]
 
 #: (aiokafka keyword arguments, Java keys that have no aiokafka equivalent and were ignored).
+log = logging.getLogger(__name__)
+
 ClientKwargs = tuple[dict[str, Any], list[str]]
 
 _PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -52,6 +55,24 @@ _CONVERT_HINT: Final = (
 
 # Reads one Java value as its aiokafka value; raises ConfigError naming the key.
 _Reader = Callable[["_Config", str], Any]
+
+
+_warned: set[str] = set()
+
+
+def build(translate: Callable[[Mapping[str, str]], ClientKwargs], cfg: Mapping[str, str],
+          client_id: str) -> dict[str, Any]:
+    """aiokafka kwargs for `cfg` with a default client id; settings aiokafka has no
+    equivalent for are logged once per process (by name; values never appear)."""
+    kwargs, ignored = translate(cfg)
+    fresh = sorted(set(ignored) - _warned)
+    if fresh:
+        _warned.update(fresh)
+        log.warning("client settings with no effect (no aiokafka equivalent): %s",
+                    ", ".join(fresh))
+    kwargs = dict(kwargs)
+    kwargs.setdefault("client_id", client_id)
+    return kwargs
 
 
 def consumer_kwargs(cfg: Mapping[str, str]) -> ClientKwargs:

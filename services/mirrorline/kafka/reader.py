@@ -31,7 +31,10 @@ class TopicReader:
         self._consumer = AIOKafkaConsumer(**kwargs)
         self._tps: list[TopicPartition] = []
 
-    async def start(self, partitions: int | None = None) -> None:
+    async def start(self, partitions: int | None = None,
+                    resume_at: Mapping[int, int] | None = None) -> None:
+        """Assign every partition, from the beginning or from `resume_at` (partition ->
+        next offset to read)."""
         await self._consumer.start()
         if partitions is None:
             known = await partitions_by_topic(self._consumer, [self.topic])
@@ -41,6 +44,9 @@ class TopicReader:
         self._tps = [TopicPartition(self.topic, p) for p in range(partitions)]
         self._consumer.assign(self._tps)
         await self._consumer.seek_to_beginning(*self._tps)
+        for tp in self._tps:
+            if resume_at and tp.partition in resume_at:
+                self._consumer.seek(tp, resume_at[tp.partition])
 
     async def stop(self) -> None:
         await self._consumer.stop()

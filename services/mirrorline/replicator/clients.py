@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,21 +19,14 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from mirrorline.core.settings import FlowSettings
 from mirrorline.kafka.admin import ClusterAdmin
-from mirrorline.kafka.clients import (
-    ClientKwargs,
-    admin_kwargs,
-    consumer_kwargs,
-    producer_kwargs,
-)
+from mirrorline.kafka.clients import admin_kwargs, consumer_kwargs, producer_kwargs
+from mirrorline.kafka.clients import build as _kwargs
 
 log = logging.getLogger(__name__)
 
 #: Default produce batch size (bytes) when `<target>.producer.batch.size` is not set:
 #: large batches are what makes a Python mirror fast; Kafka's 16 KiB default is not.
 DEFAULT_BATCH_BYTES = 1 << 20
-
-_warned: set[str] = set()
-
 
 @dataclass
 class FlowClients:
@@ -116,16 +109,3 @@ def batch_sizes(java: Mapping[str, str], kwargs: Mapping[str, Any]) -> dict[str,
         request = int(kwargs["max_request_size"])
         return {"max_batch_size": min(batch, request), "max_request_size": request}
     return {"max_batch_size": batch, "max_request_size": max(1048576, batch + 65536)}
-
-
-def _kwargs(translate: Callable[[Mapping[str, str]], ClientKwargs], cfg: Mapping[str, str],
-            client_id: str) -> dict[str, Any]:
-    kwargs, ignored = translate(cfg)
-    fresh = sorted(set(ignored) - _warned)
-    if fresh:
-        _warned.update(fresh)
-        log.warning("client settings with no effect (no aiokafka equivalent): %s",
-                    ", ".join(fresh))
-    kwargs = dict(kwargs)
-    kwargs.setdefault("client_id", client_id)
-    return kwargs

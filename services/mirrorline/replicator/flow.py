@@ -27,14 +27,15 @@ from mirrorline.core.backoff import Backoff
 from mirrorline.core.offset_syncs import OffsetSyncPlanner
 from mirrorline.core.policy import make_policy
 from mirrorline.core.settings import FlowSettings
+from mirrorline.core.topics import OFFSET_MAP_RETENTION_MS, offset_map_topic
 from mirrorline.kafka.admin import ClusterAdmin, TopicSpec
+from mirrorline.replicator.bookkeeping import OffsetMapWriter, OffsetSyncSender
 from mirrorline.replicator.clients import FlowClients
 from mirrorline.replicator.delivery import DeliveryLoop
 from mirrorline.replicator.discovery import DiscoveryResult, RemoteTopic, TopicDiscovery
 from mirrorline.replicator.metrics import PartitionMetrics, ReplicationMetrics
 from mirrorline.replicator.progress import ProgressStore
 from mirrorline.replicator.pump import Delivered, PartitionPump, PumpState
-from mirrorline.replicator.sync_sender import OffsetSyncSender
 from mirrorline.v1 import flows_pb2
 
 log = logging.getLogger(__name__)
@@ -94,6 +95,7 @@ class FlowReplicator:
         self._progress: ProgressStore | None = None
         self._planner: OffsetSyncPlanner | None = None
         self._sync_sender: OffsetSyncSender | None = None
+        self._map_writer: OffsetMapWriter | None = None
         self._discovery: TopicDiscovery | None = None
         self._delivery: DeliveryLoop | None = None
 
@@ -130,6 +132,8 @@ class FlowReplicator:
         self._tasks.append(asyncio.create_task(self._watch_loop(), name=f"{self.name} watch"))
         if self._sync_sender is not None:
             self._sync_sender.start()
+        if self._map_writer is not None:
+            self._map_writer.start()
         if self._discover:
             self._tasks.append(asyncio.create_task(self._discovery_loop(),
                                                    name=f"{self.name} discovery"))
@@ -155,6 +159,11 @@ class FlowReplicator:
                                                {"cleanup.policy": "compact"}))
             self._planner = OffsetSyncPlanner(flow.offset_lag_max)
             self._sync_sender = OffsetSyncSender(self._planner, clients.sync_producer, topic)
+        map_topic = offset_map_topic(flow.source)
+        await clients.target_admin.ensure_topic(TopicSpec(
+            map_topic, 1, flow.offset_storage_replication_factor,
+            {"cleanup.policy": "delete", "retention.ms": str(OFFSET_MAP_RETENTION_MS)}))
+        self._map_writer = OffsetMapWriter(clients.bookkeeping_producer, map_topic)
         self._discovery = TopicDiscovery(flow, self.policy, source=clients.source_admin,
                                          target=clients.target_admin)
 
@@ -171,9 +180,10 @@ class FlowReplicator:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._progress is not None:
             await self._progress.stop()
-        if self._sync_sender is not None:
-            await self._sync_sender.flush()
-            await self._sync_sender.stop()
+        for appender in (self._sync_sender, self._map_writer):
+            if appender is not None:
+                await appender.flush()
+                await appender.stop()
         await self._close_clients()
         self.state = FlowState.STOPPED
 
@@ -367,6 +377,8 @@ class FlowReplicator:
             self._planner.queue_batch(pump.source_topic, pump.partition, upstream, base)
         if self._progress is not None:
             self._progress.save(pump.source_topic, pump.partition, pump.next_offset)
+        if self._map_writer is not None:
+            self._map_writer.acknowledged(pump.source_topic, pump.partition, records, base)
         metrics = self._pump_metrics.get(tp)
         if metrics is not None:
             self._metrics.acknowledged(metrics, records)

@@ -62,19 +62,7 @@ class ProgressStore:
 
     async def load(self) -> dict[TopicPartitionKey, int]:
         """Next source offset per partition, as last durably recorded."""
-        records = await read_topic(self._consumer_kwargs, self.topic)
-        found: dict[TopicPartitionKey, int] = {}
-        for record in records:
-            progress = decode_source_progress(record.key, record.value)
-            if (progress is None or progress.connector != SOURCE_CONNECTOR
-                    or progress.cluster != self.source_alias):
-                continue
-            key = (progress.topic, progress.partition)
-            if progress.last_offset is None:
-                found.pop(key, None)
-            else:
-                found[key] = progress.last_offset + 1
-        return found
+        return await read_progress(self._consumer_kwargs, self.source_alias)
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"progress -> {self.topic}")
@@ -130,3 +118,22 @@ class ProgressStore:
                 self._wake.set()
             elif not self._dirty:
                 self._idle.set()
+
+
+async def read_progress(target_consumer: Mapping[str, Any], source_alias: str
+                        ) -> dict[TopicPartitionKey, int]:
+    """Where replication from `source_alias` has reached, per source partition: the next
+    offset to copy, as recorded on the target (MM2's or Mirrorline's records alike)."""
+    records = await read_topic(target_consumer, progress_topic(source_alias))
+    found: dict[TopicPartitionKey, int] = {}
+    for record in records:
+        progress = decode_source_progress(record.key, record.value)
+        if (progress is None or progress.connector != SOURCE_CONNECTOR
+                or progress.cluster != source_alias):
+            continue
+        key = (progress.topic, progress.partition)
+        if progress.last_offset is None:
+            found.pop(key, None)
+        else:
+            found[key] = progress.last_offset + 1
+    return found

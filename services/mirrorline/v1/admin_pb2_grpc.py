@@ -4,6 +4,7 @@ import grpc
 import warnings
 
 from mirrorline.v1 import admin_pb2 as mirrorline_dot_v1_dot_admin__pb2
+from mirrorline.v1 import failover_pb2 as mirrorline_dot_v1_dot_failover__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -89,6 +90,36 @@ class AdminStub:
                 request_serializer=mirrorline_dot_v1_dot_admin__pb2.ListWorkersRequest.SerializeToString,
                 response_deserializer=mirrorline_dot_v1_dot_admin__pb2.ListWorkersResponse.FromString,
                 _registered_method=True)
+        self.TranslateOffsets = channel.unary_unary(
+                '/mirrorline.v1.Admin/TranslateOffsets',
+                request_serializer=mirrorline_dot_v1_dot_failover__pb2.TranslateOffsetsRequest.SerializeToString,
+                response_deserializer=mirrorline_dot_v1_dot_failover__pb2.TranslateOffsetsResponse.FromString,
+                _registered_method=True)
+        self.PlanFailover = channel.unary_unary(
+                '/mirrorline.v1.Admin/PlanFailover',
+                request_serializer=mirrorline_dot_v1_dot_failover__pb2.PlanFailoverRequest.SerializeToString,
+                response_deserializer=mirrorline_dot_v1_dot_failover__pb2.FailoverPlan.FromString,
+                _registered_method=True)
+        self.ExecuteFailover = channel.unary_unary(
+                '/mirrorline.v1.Admin/ExecuteFailover',
+                request_serializer=mirrorline_dot_v1_dot_failover__pb2.ExecuteFailoverRequest.SerializeToString,
+                response_deserializer=mirrorline_dot_v1_dot_failover__pb2.FailoverResult.FromString,
+                _registered_method=True)
+        self.FailoverToTime = channel.unary_unary(
+                '/mirrorline.v1.Admin/FailoverToTime',
+                request_serializer=mirrorline_dot_v1_dot_failover__pb2.FailoverToTimeRequest.SerializeToString,
+                response_deserializer=mirrorline_dot_v1_dot_failover__pb2.FailoverResult.FromString,
+                _registered_method=True)
+        self.PlanFailback = channel.unary_unary(
+                '/mirrorline.v1.Admin/PlanFailback',
+                request_serializer=mirrorline_dot_v1_dot_failover__pb2.PlanFailbackRequest.SerializeToString,
+                response_deserializer=mirrorline_dot_v1_dot_failover__pb2.FailbackPlan.FromString,
+                _registered_method=True)
+        self.ExecuteFailback = channel.unary_unary(
+                '/mirrorline.v1.Admin/ExecuteFailback',
+                request_serializer=mirrorline_dot_v1_dot_failover__pb2.ExecuteFailbackRequest.SerializeToString,
+                response_deserializer=mirrorline_dot_v1_dot_failover__pb2.FailbackResult.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -165,6 +196,43 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def TranslateOffsets(self, request, context):
+        """Offsets and disaster recovery (see failover.proto).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PlanFailover(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ExecuteFailover(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def FailoverToTime(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PlanFailback(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ExecuteFailback(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -222,6 +290,36 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.ListWorkers,
                     request_deserializer=mirrorline_dot_v1_dot_admin__pb2.ListWorkersRequest.FromString,
                     response_serializer=mirrorline_dot_v1_dot_admin__pb2.ListWorkersResponse.SerializeToString,
+            ),
+            'TranslateOffsets': grpc.unary_unary_rpc_method_handler(
+                    servicer.TranslateOffsets,
+                    request_deserializer=mirrorline_dot_v1_dot_failover__pb2.TranslateOffsetsRequest.FromString,
+                    response_serializer=mirrorline_dot_v1_dot_failover__pb2.TranslateOffsetsResponse.SerializeToString,
+            ),
+            'PlanFailover': grpc.unary_unary_rpc_method_handler(
+                    servicer.PlanFailover,
+                    request_deserializer=mirrorline_dot_v1_dot_failover__pb2.PlanFailoverRequest.FromString,
+                    response_serializer=mirrorline_dot_v1_dot_failover__pb2.FailoverPlan.SerializeToString,
+            ),
+            'ExecuteFailover': grpc.unary_unary_rpc_method_handler(
+                    servicer.ExecuteFailover,
+                    request_deserializer=mirrorline_dot_v1_dot_failover__pb2.ExecuteFailoverRequest.FromString,
+                    response_serializer=mirrorline_dot_v1_dot_failover__pb2.FailoverResult.SerializeToString,
+            ),
+            'FailoverToTime': grpc.unary_unary_rpc_method_handler(
+                    servicer.FailoverToTime,
+                    request_deserializer=mirrorline_dot_v1_dot_failover__pb2.FailoverToTimeRequest.FromString,
+                    response_serializer=mirrorline_dot_v1_dot_failover__pb2.FailoverResult.SerializeToString,
+            ),
+            'PlanFailback': grpc.unary_unary_rpc_method_handler(
+                    servicer.PlanFailback,
+                    request_deserializer=mirrorline_dot_v1_dot_failover__pb2.PlanFailbackRequest.FromString,
+                    response_serializer=mirrorline_dot_v1_dot_failover__pb2.FailbackPlan.SerializeToString,
+            ),
+            'ExecuteFailback': grpc.unary_unary_rpc_method_handler(
+                    servicer.ExecuteFailback,
+                    request_deserializer=mirrorline_dot_v1_dot_failover__pb2.ExecuteFailbackRequest.FromString,
+                    response_serializer=mirrorline_dot_v1_dot_failover__pb2.FailbackResult.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -521,6 +619,168 @@ class Admin:
             '/mirrorline.v1.Admin/ListWorkers',
             mirrorline_dot_v1_dot_admin__pb2.ListWorkersRequest.SerializeToString,
             mirrorline_dot_v1_dot_admin__pb2.ListWorkersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TranslateOffsets(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mirrorline.v1.Admin/TranslateOffsets',
+            mirrorline_dot_v1_dot_failover__pb2.TranslateOffsetsRequest.SerializeToString,
+            mirrorline_dot_v1_dot_failover__pb2.TranslateOffsetsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PlanFailover(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mirrorline.v1.Admin/PlanFailover',
+            mirrorline_dot_v1_dot_failover__pb2.PlanFailoverRequest.SerializeToString,
+            mirrorline_dot_v1_dot_failover__pb2.FailoverPlan.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExecuteFailover(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mirrorline.v1.Admin/ExecuteFailover',
+            mirrorline_dot_v1_dot_failover__pb2.ExecuteFailoverRequest.SerializeToString,
+            mirrorline_dot_v1_dot_failover__pb2.FailoverResult.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FailoverToTime(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mirrorline.v1.Admin/FailoverToTime',
+            mirrorline_dot_v1_dot_failover__pb2.FailoverToTimeRequest.SerializeToString,
+            mirrorline_dot_v1_dot_failover__pb2.FailoverResult.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PlanFailback(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mirrorline.v1.Admin/PlanFailback',
+            mirrorline_dot_v1_dot_failover__pb2.PlanFailbackRequest.SerializeToString,
+            mirrorline_dot_v1_dot_failover__pb2.FailbackPlan.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExecuteFailback(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mirrorline.v1.Admin/ExecuteFailback',
+            mirrorline_dot_v1_dot_failover__pb2.ExecuteFailbackRequest.SerializeToString,
+            mirrorline_dot_v1_dot_failover__pb2.FailbackResult.FromString,
             options,
             channel_credentials,
             insecure,

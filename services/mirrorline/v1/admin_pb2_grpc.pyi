@@ -10,6 +10,7 @@ not the leader (trailing metadata `leader-address` says where the leader is).
 from collections import abc as _abc
 from grpc import aio as _aio
 from mirrorline.v1 import admin_pb2 as _admin_pb2
+from mirrorline.v1 import failover_pb2 as _failover_pb2
 import abc as _abc_1
 import grpc as _grpc
 import sys
@@ -51,6 +52,13 @@ class AdminStub:
     WatchStatus: _grpc.UnaryStreamMultiCallable[_admin_pb2.WatchStatusRequest, _admin_pb2.StatusReport]
     """A new report every `interval_ms` until the client cancels."""
     ListWorkers: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListWorkersRequest, _admin_pb2.ListWorkersResponse]
+    TranslateOffsets: _grpc.UnaryUnaryMultiCallable[_failover_pb2.TranslateOffsetsRequest, _failover_pb2.TranslateOffsetsResponse]
+    """Offsets and disaster recovery (see failover.proto)."""
+    PlanFailover: _grpc.UnaryUnaryMultiCallable[_failover_pb2.PlanFailoverRequest, _failover_pb2.FailoverPlan]
+    ExecuteFailover: _grpc.UnaryUnaryMultiCallable[_failover_pb2.ExecuteFailoverRequest, _failover_pb2.FailoverResult]
+    FailoverToTime: _grpc.UnaryUnaryMultiCallable[_failover_pb2.FailoverToTimeRequest, _failover_pb2.FailoverResult]
+    PlanFailback: _grpc.UnaryUnaryMultiCallable[_failover_pb2.PlanFailbackRequest, _failover_pb2.FailbackPlan]
+    ExecuteFailback: _grpc.UnaryUnaryMultiCallable[_failover_pb2.ExecuteFailbackRequest, _failover_pb2.FailbackResult]
 
 @_typing.type_check_only
 class AdminAsyncStub(AdminStub):
@@ -71,6 +79,13 @@ class AdminAsyncStub(AdminStub):
     WatchStatus: _aio.UnaryStreamMultiCallable[_admin_pb2.WatchStatusRequest, _admin_pb2.StatusReport]  # type: ignore[assignment]
     """A new report every `interval_ms` until the client cancels."""
     ListWorkers: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListWorkersRequest, _admin_pb2.ListWorkersResponse]  # type: ignore[assignment]
+    TranslateOffsets: _aio.UnaryUnaryMultiCallable[_failover_pb2.TranslateOffsetsRequest, _failover_pb2.TranslateOffsetsResponse]  # type: ignore[assignment]
+    """Offsets and disaster recovery (see failover.proto)."""
+    PlanFailover: _aio.UnaryUnaryMultiCallable[_failover_pb2.PlanFailoverRequest, _failover_pb2.FailoverPlan]  # type: ignore[assignment]
+    ExecuteFailover: _aio.UnaryUnaryMultiCallable[_failover_pb2.ExecuteFailoverRequest, _failover_pb2.FailoverResult]  # type: ignore[assignment]
+    FailoverToTime: _aio.UnaryUnaryMultiCallable[_failover_pb2.FailoverToTimeRequest, _failover_pb2.FailoverResult]  # type: ignore[assignment]
+    PlanFailback: _aio.UnaryUnaryMultiCallable[_failover_pb2.PlanFailbackRequest, _failover_pb2.FailbackPlan]  # type: ignore[assignment]
+    ExecuteFailback: _aio.UnaryUnaryMultiCallable[_failover_pb2.ExecuteFailbackRequest, _failover_pb2.FailbackResult]  # type: ignore[assignment]
 
 class AdminServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -154,5 +169,48 @@ class AdminServicer(metaclass=_abc_1.ABCMeta):
         request: _admin_pb2.ListWorkersRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.ListWorkersResponse, _abc.Awaitable[_admin_pb2.ListWorkersResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def TranslateOffsets(
+        self,
+        request: _failover_pb2.TranslateOffsetsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_failover_pb2.TranslateOffsetsResponse, _abc.Awaitable[_failover_pb2.TranslateOffsetsResponse]]:
+        """Offsets and disaster recovery (see failover.proto)."""
+
+    @_abc_1.abstractmethod
+    def PlanFailover(
+        self,
+        request: _failover_pb2.PlanFailoverRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_failover_pb2.FailoverPlan, _abc.Awaitable[_failover_pb2.FailoverPlan]]: ...
+
+    @_abc_1.abstractmethod
+    def ExecuteFailover(
+        self,
+        request: _failover_pb2.ExecuteFailoverRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_failover_pb2.FailoverResult, _abc.Awaitable[_failover_pb2.FailoverResult]]: ...
+
+    @_abc_1.abstractmethod
+    def FailoverToTime(
+        self,
+        request: _failover_pb2.FailoverToTimeRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_failover_pb2.FailoverResult, _abc.Awaitable[_failover_pb2.FailoverResult]]: ...
+
+    @_abc_1.abstractmethod
+    def PlanFailback(
+        self,
+        request: _failover_pb2.PlanFailbackRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_failover_pb2.FailbackPlan, _abc.Awaitable[_failover_pb2.FailbackPlan]]: ...
+
+    @_abc_1.abstractmethod
+    def ExecuteFailback(
+        self,
+        request: _failover_pb2.ExecuteFailbackRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_failover_pb2.FailbackResult, _abc.Awaitable[_failover_pb2.FailbackResult]]: ...
 
 def add_AdminServicer_to_server(servicer: AdminServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

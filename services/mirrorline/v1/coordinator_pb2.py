@@ -25,17 +25,21 @@ _sym_db = _symbol_database.Default()
 from mirrorline.v1 import flows_pb2 as mirrorline_dot_v1_dot_flows__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fmirrorline/v1/coordinator.proto\x12\rmirrorline.v1\x1a\x19mirrorline/v1/flows.proto\"\x98\x01\n\x0fWorkerHeartbeat\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x16\n\x0e\x61pplied_offset\x18\x03 \x01(\x03\x12\x32\n\npartitions\x18\x04 \x03(\x0b\x32\x1e.mirrorline.v1.PartitionStatus\x12\x15\n\rstarted_at_ms\x18\x05 \x01(\x03\"1\n\x0eHeartbeatReply\x12\x10\n\x08lease_ms\x18\x01 \x01(\x03\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\x32Y\n\x0b\x43oordinator\x12J\n\tHeartbeat\x12\x1e.mirrorline.v1.WorkerHeartbeat\x1a\x1d.mirrorline.v1.HeartbeatReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fmirrorline/v1/coordinator.proto\x12\rmirrorline.v1\x1a\x19mirrorline/v1/flows.proto\"L\n\x13ServiceAnnouncement\x12\x0f\n\x07service\x18\x01 \x01(\t\x12\x13\n\x0binstance_id\x18\x02 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\"\x1e\n\rAnnounceReply\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\"\x98\x01\n\x0fWorkerHeartbeat\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x16\n\x0e\x61pplied_offset\x18\x03 \x01(\x03\x12\x32\n\npartitions\x18\x04 \x03(\x0b\x32\x1e.mirrorline.v1.PartitionStatus\x12\x15\n\rstarted_at_ms\x18\x05 \x01(\x03\"1\n\x0eHeartbeatReply\x12\x10\n\x08lease_ms\x18\x01 \x01(\x03\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\x32\xa7\x01\n\x0b\x43oordinator\x12J\n\tHeartbeat\x12\x1e.mirrorline.v1.WorkerHeartbeat\x1a\x1d.mirrorline.v1.HeartbeatReply\x12L\n\x08\x41nnounce\x12\".mirrorline.v1.ServiceAnnouncement\x1a\x1c.mirrorline.v1.AnnounceReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'mirrorline.v1.coordinator_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_WORKERHEARTBEAT']._serialized_start=78
-  _globals['_WORKERHEARTBEAT']._serialized_end=230
-  _globals['_HEARTBEATREPLY']._serialized_start=232
-  _globals['_HEARTBEATREPLY']._serialized_end=281
-  _globals['_COORDINATOR']._serialized_start=283
-  _globals['_COORDINATOR']._serialized_end=372
+  _globals['_SERVICEANNOUNCEMENT']._serialized_start=77
+  _globals['_SERVICEANNOUNCEMENT']._serialized_end=153
+  _globals['_ANNOUNCEREPLY']._serialized_start=155
+  _globals['_ANNOUNCEREPLY']._serialized_end=185
+  _globals['_WORKERHEARTBEAT']._serialized_start=188
+  _globals['_WORKERHEARTBEAT']._serialized_end=340
+  _globals['_HEARTBEATREPLY']._serialized_start=342
+  _globals['_HEARTBEATREPLY']._serialized_end=391
+  _globals['_COORDINATOR']._serialized_start=394
+  _globals['_COORDINATOR']._serialized_end=561
 # @@protoc_insertion_point(module_scope)

@@ -20,6 +20,52 @@ else:
 DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
+class ServiceAnnouncement(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SERVICE_FIELD_NUMBER: _builtins.int
+    INSTANCE_ID_FIELD_NUMBER: _builtins.int
+    ADDRESS_FIELD_NUMBER: _builtins.int
+    service: _builtins.str
+    """"checkpointer" """
+    instance_id: _builtins.str
+    address: _builtins.str
+    """its gRPC address"""
+    def __init__(
+        self,
+        *,
+        service: _builtins.str = ...,
+        instance_id: _builtins.str = ...,
+        address: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "instance_id", b"instance_id", "service", b"service"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ServiceAnnouncement: _TypeAlias = ServiceAnnouncement  # noqa: Y015
+
+@_typing.final
+class AnnounceReply(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EPOCH_FIELD_NUMBER: _builtins.int
+    epoch: _builtins.int
+    def __init__(
+        self,
+        *,
+        epoch: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["epoch", b"epoch"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AnnounceReply: _TypeAlias = AnnounceReply  # noqa: Y015
+
+@_typing.final
 class WorkerHeartbeat(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -39,6 +39,11 @@ class CoordinatorStub:
                 request_serializer=mirrorline_dot_v1_dot_coordinator__pb2.WorkerHeartbeat.SerializeToString,
                 response_deserializer=mirrorline_dot_v1_dot_coordinator__pb2.HeartbeatReply.FromString,
                 _registered_method=True)
+        self.Announce = channel.unary_unary(
+                '/mirrorline.v1.Coordinator/Announce',
+                request_serializer=mirrorline_dot_v1_dot_coordinator__pb2.ServiceAnnouncement.SerializeToString,
+                response_deserializer=mirrorline_dot_v1_dot_coordinator__pb2.AnnounceReply.FromString,
+                _registered_method=True)
 
 
 class CoordinatorServicer:
@@ -53,6 +58,13 @@ class CoordinatorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Announce(self, request, context):
+        """Other services (the checkpointer) say where they serve, so the Admin API can reach them.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CoordinatorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -60,6 +72,11 @@ def add_CoordinatorServicer_to_server(servicer, server):
                     servicer.Heartbeat,
                     request_deserializer=mirrorline_dot_v1_dot_coordinator__pb2.WorkerHeartbeat.FromString,
                     response_serializer=mirrorline_dot_v1_dot_coordinator__pb2.HeartbeatReply.SerializeToString,
+            ),
+            'Announce': grpc.unary_unary_rpc_method_handler(
+                    servicer.Announce,
+                    request_deserializer=mirrorline_dot_v1_dot_coordinator__pb2.ServiceAnnouncement.FromString,
+                    response_serializer=mirrorline_dot_v1_dot_coordinator__pb2.AnnounceReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -89,6 +106,33 @@ class Coordinator:
             '/mirrorline.v1.Coordinator/Heartbeat',
             mirrorline_dot_v1_dot_coordinator__pb2.WorkerHeartbeat.SerializeToString,
             mirrorline_dot_v1_dot_coordinator__pb2.HeartbeatReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Announce(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mirrorline.v1.Coordinator/Announce',
+            mirrorline_dot_v1_dot_coordinator__pb2.ServiceAnnouncement.SerializeToString,
+            mirrorline_dot_v1_dot_coordinator__pb2.AnnounceReply.FromString,
             options,
             channel_credentials,
             insecure,

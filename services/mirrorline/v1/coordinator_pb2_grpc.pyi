@@ -36,6 +36,8 @@ class CoordinatorStub:
     owns and how it is doing. A worker that cannot heartbeat for longer than its lease
     stops all its partitions by itself (the controller then reassigns them).
     """
+    Announce: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.ServiceAnnouncement, _coordinator_pb2.AnnounceReply]
+    """Other services (the checkpointer) say where they serve, so the Admin API can reach them."""
 
 @_typing.type_check_only
 class CoordinatorAsyncStub(CoordinatorStub):
@@ -45,6 +47,8 @@ class CoordinatorAsyncStub(CoordinatorStub):
     owns and how it is doing. A worker that cannot heartbeat for longer than its lease
     stops all its partitions by itself (the controller then reassigns them).
     """
+    Announce: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.ServiceAnnouncement, _coordinator_pb2.AnnounceReply]  # type: ignore[assignment]
+    """Other services (the checkpointer) say where they serve, so the Admin API can reach them."""
 
 class CoordinatorServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -57,5 +61,13 @@ class CoordinatorServicer(metaclass=_abc_1.ABCMeta):
         owns and how it is doing. A worker that cannot heartbeat for longer than its lease
         stops all its partitions by itself (the controller then reassigns them).
         """
+
+    @_abc_1.abstractmethod
+    def Announce(
+        self,
+        request: _coordinator_pb2.ServiceAnnouncement,
+        context: _ServicerContext,
+    ) -> _typing.Union[_coordinator_pb2.AnnounceReply, _abc.Awaitable[_coordinator_pb2.AnnounceReply]]:
+        """Other services (the checkpointer) say where they serve, so the Admin API can reach them."""
 
 def add_CoordinatorServicer_to_server(servicer: CoordinatorServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

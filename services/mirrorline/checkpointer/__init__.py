@@ -1,0 +1,1 @@
+"""The checkpointer: MM2 checkpoints, group-offset sync, exact offset translation, failover."""

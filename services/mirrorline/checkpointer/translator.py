@@ -1,0 +1,142 @@
+"""Everything needed to translate one flow's offsets, kept current by tailing two topics.
+
+* MM2's offset syncs (sparse; on the source by default) feed MM2's OffsetSyncStore, with
+  its read-to-end gating and must-read-to-end rule;
+* Mirrorline's offset map (dense; on the target) feeds the OffsetMap.
+Either may be unavailable -- the source cluster may be down during a failover -- and the
+other still answers: the map alone translates exactly what it covers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from google.protobuf.message import DecodeError
+
+from mirrorline.core.errors import WireFormatError
+from mirrorline.core.offset_map import OffsetMap
+from mirrorline.core.offset_sync_store import OffsetSyncStore
+from mirrorline.core.policy import ReplicationPolicy
+from mirrorline.core.settings import FlowSettings
+from mirrorline.core.topics import offset_map_topic
+from mirrorline.core.translation import Translation, translate, why_not
+from mirrorline.core.wire import OffsetSync
+from mirrorline.kafka.reader import TopicReader
+from mirrorline.v1 import offset_map_pb2
+
+log = logging.getLogger(__name__)
+
+RETRY_S = 3.0
+
+
+class FlowTranslator:
+    def __init__(self, flow: FlowSettings, policy: ReplicationPolicy, *,
+                 source_consumer: Mapping[str, Any], target_consumer: Mapping[str, Any]) -> None:
+        self.flow = flow
+        at_source = flow.offset_syncs_topic_location == "source"
+        self.syncs_topic = policy.offset_syncs_topic(flow.target if at_source else flow.source)
+        self._syncs_kwargs = source_consumer if at_source else target_consumer
+        self.map_topic = offset_map_topic(flow.source)
+        self._map_kwargs = target_consumer
+        self.syncs = OffsetSyncStore()
+        self.map = OffsetMap()
+        self.map_ready = asyncio.Event()
+        self.syncs_ready = asyncio.Event()
+        self._must_read_to_end = True
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def start(self, *, checkpoints_loaded: bool) -> None:
+        # MM2's rule: when earlier checkpoints could not be read, keep only the newest sync
+        # per partition from the initial read, so no checkpoint can go backwards.
+        self._must_read_to_end = not checkpoints_loaded
+        self._tasks = [
+            asyncio.create_task(self._follow(self.syncs_topic, self._syncs_kwargs,
+                                             self._on_sync, self._syncs_loaded),
+                                name=f"{self.flow.name} offset syncs"),
+            asyncio.create_task(self._follow(self.map_topic, self._map_kwargs,
+                                             self._on_map, self.map_ready.set),
+                                name=f"{self.flow.name} offset map"),
+        ]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    @property
+    def ready(self) -> bool:
+        return self.map_ready.is_set() or self.syncs.is_ready
+
+    def translate(self, topic: str, partition: int, upstream: int) -> Translation | None:
+        if not self.map_ready.is_set():  # do not answer from a map still being read
+            return translate(upstream, topic=topic, partition=partition,
+                             offset_map=OffsetMap(), syncs=self.syncs)
+        return translate(upstream, topic=topic, partition=partition, offset_map=self.map,
+                         syncs=self.syncs)
+
+    def why_not(self, topic: str, partition: int, upstream: int) -> str:
+        if not self.ready:
+            return "the offset syncs and the offset map are still being read"
+        return why_not(upstream, topic=topic, partition=partition, offset_map=self.map,
+                       syncs=self.syncs)
+
+    def checkpoint_offset(self, topic: str, partition: int, upstream: int) -> int | None:
+        """What a checkpoint records (None: no checkpoint for this partition yet)."""
+        found = self.translate(topic, partition, upstream)
+        return None if found is None else found.downstream_offset
+
+    # -- following the topics -------------------------------------------------------------
+    def _syncs_loaded(self) -> None:
+        self.syncs.finish_initial_read()
+        self.syncs_ready.set()
+
+    def _on_sync(self, key: bytes | None, value: bytes | None) -> None:
+        try:
+            self.syncs.add(OffsetSync.decode(key, value))
+        except WireFormatError as exc:
+            log.debug("%s: undecodable offset sync skipped: %s", self.flow.name, exc)
+
+    def _on_map(self, key: bytes | None, value: bytes | None) -> None:
+        record = offset_map_pb2.OffsetMapRecord()
+        try:
+            record.ParseFromString(value or b"")
+        except DecodeError:
+            return
+        self.map.add_record(record)
+
+    async def _follow(self, topic: str, kwargs: Mapping[str, Any], apply: Any,
+                      loaded: Any) -> None:
+        """Read `topic` to its end (then `loaded()`), then keep tailing; retry while it is
+        missing or its cluster is unreachable."""
+        first = True
+        position: int | None = None  # after a reconnect, continue where reading stopped
+        while True:
+            reader = TopicReader(kwargs, topic)
+            try:
+                await reader.start(partitions=1,
+                                   resume_at=None if position is None else {0: position})
+                if first and topic == self.syncs_topic:
+                    self.syncs.start_initial_read(self._must_read_to_end)
+                for record in await reader.read_to_end():
+                    apply(record.key, record.value)
+                    position = record.offset + 1
+                if first:
+                    loaded()
+                    first = False
+                while True:
+                    for record in await reader.poll(timeout_ms=1000):
+                        apply(record.key, record.value)
+                        position = record.offset + 1
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # missing topic, unreachable cluster
+                log.info("%s: reading %s: %r; retrying in %.0fs", self.flow.name, topic, exc,
+                         RETRY_S)
+            finally:
+                with contextlib.suppress(Exception):
+                    await reader.stop()
+            await asyncio.sleep(RETRY_S)

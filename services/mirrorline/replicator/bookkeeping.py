@@ -1,0 +1,192 @@
+"""Appends bookkeeping records (offset syncs, offset-map runs) to a one-partition topic.
+
+One batch in flight at a time keeps records in order on the single partition; each batch
+carries everything queued so far, because a per-record send would cost more CPU than the
+bookkeeping itself. Failed sends are logged, not retried: both kinds of records are
+advisory (a missing one makes translation conservative, never wrong).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+
+from mirrorline.core.offset_syncs import OffsetSyncPlanner
+from mirrorline.kafka.records import Record
+from mirrorline.v1 import offset_map_pb2
+
+log = logging.getLogger(__name__)
+
+#: Upper bound of records per produce batch (bookkeeping records are tens of bytes).
+MAX_PER_BATCH = 10_000
+
+Item = tuple[bytes | None, bytes]
+
+
+class BatchAppender:
+    """Subclasses say what is queued (`_pending`) and hand it over (`_take`)."""
+
+    def __init__(self, producer: AIOKafkaProducer, topic: str) -> None:
+        self.topic = topic
+        self._producer = producer
+        self._wake = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._task: asyncio.Task[None] | None = None
+        self.sent = 0
+
+    def _pending(self) -> int:
+        raise NotImplementedError
+
+    def _take(self, limit: int) -> list[Item]:
+        raise NotImplementedError
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name=f"append -> {self.topic}")
+
+    def wake(self) -> None:
+        if self._pending():
+            self._idle.clear()
+            self._wake.set()
+
+    async def flush(self, timeout: float = 10.0) -> None:
+        """Wait until everything queued is acknowledged (or `timeout` passes)."""
+        self.wake()
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout)
+        except TimeoutError:
+            log.warning("%d records for %s not written within %.0fs", self._pending(),
+                        self.topic, timeout)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._pending():
+                items = self._take(MAX_PER_BATCH)
+                batch = self._producer.create_batch()
+                for key, value in items:
+                    if batch.append(key=key, value=value, timestamp=None, headers=[]) is None:
+                        await self._send(batch, len(items))
+                        batch = self._producer.create_batch()
+                        batch.append(key=key, value=value, timestamp=None, headers=[])
+                await self._send(batch, len(items))
+            self._idle.set()
+
+    async def _send(self, batch: Any, count: int) -> None:
+        try:
+            await (await self._producer.send_batch(batch, self.topic, partition=0))
+            self.sent += count
+        except Exception as exc:
+            log.warning("records not written to %s: %r", self.topic, exc)
+
+
+class OffsetSyncSender(BatchAppender):
+    """MM2's offset syncs, as `OffsetSyncPlanner` decides them."""
+
+    def __init__(self, planner: OffsetSyncPlanner, producer: AIOKafkaProducer,
+                 topic: str) -> None:
+        super().__init__(producer, topic)
+        self.planner = planner
+
+    def _pending(self) -> int:
+        return self.planner.pending_count
+
+    def _take(self, limit: int) -> list[Item]:
+        return [(s.encode_key(), s.encode_value()) for s in self.planner.take_pending(limit)]
+
+    async def flush(self, timeout: float = 10.0) -> None:
+        """Promote delayed syncs first: a clean stop leaves every partition exactly synced."""
+        self.planner.promote_delayed()
+        await super().flush(timeout)
+
+
+class OffsetMapWriter(BatchAppender):
+    """Mirrorline's dense offset map: where every acknowledged run of records landed.
+
+    Runs are coalesced per partition and published at most every `interval_s` (and on
+    flush): steady replication is one contiguous run, so a partition costs one small
+    record per interval however many batches it copies, and the map topic stays cheap to
+    read in full when a checkpointer starts.
+    """
+
+    def __init__(self, producer: AIOKafkaProducer, topic: str, *,
+                 interval_s: float = 1.0) -> None:
+        super().__init__(producer, topic)
+        self.interval_s = interval_s
+        self._queue: dict[tuple[str, int], offset_map_pb2.OffsetMapRecord] = {}
+        self._timer: asyncio.TimerHandle | None = None
+
+    def _pending(self) -> int:
+        return len(self._queue)
+
+    def _take(self, limit: int) -> list[Item]:
+        items: list[Item] = []
+        while self._queue and len(items) < limit:
+            (topic, partition), message = next(iter(self._queue.items()))
+            del self._queue[(topic, partition)]
+            items.append((f"{topic}/{partition}".encode(), message.SerializeToString()))
+        return items
+
+    def wake(self) -> None:
+        """Publish after the interval (coalescing what arrives meanwhile)."""
+        if self._pending() and self._timer is None:
+            self._idle.clear()
+            self._timer = asyncio.get_running_loop().call_later(self.interval_s, self._due)
+
+    def _due(self) -> None:
+        self._timer = None
+        super().wake()
+
+    async def flush(self, timeout: float = 10.0) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        super().wake()
+        await super().flush(timeout)
+
+    async def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        await super().stop()
+
+    def acknowledged(self, topic: str, partition: int, records: Sequence[Record],
+                     downstream_base: int) -> None:
+        """Queue the runs of one acknowledged batch (written to `downstream_base`...)."""
+        message = self._queue.get((topic, partition))
+        if message is None:
+            message = self._queue[(topic, partition)] = offset_map_pb2.OffsetMapRecord(
+                topic=topic, partition=partition)
+        first, last = records[0].offset, records[-1].offset
+        if last - first + 1 == len(records):
+            _append_run(message, first, len(records), downstream_base)
+        else:  # gaps upstream (compaction, transaction markers): one run per stretch
+            start, run_first = 0, first
+            for i in range(1, len(records) + 1):
+                if i == len(records) or records[i].offset != records[i - 1].offset + 1:
+                    _append_run(message, run_first, i - start, downstream_base + start)
+                    if i < len(records):
+                        start, run_first = i, records[i].offset
+        self.wake()
+
+
+def _append_run(message: offset_map_pb2.OffsetMapRecord, upstream: int, count: int,
+                downstream: int) -> None:
+    """Add a run, extending the previous one when both sides continue it."""
+    if message.runs:
+        last = message.runs[-1]
+        if (last.upstream_start + last.count == upstream
+                and last.downstream_start + last.count == downstream):
+            last.count += count
+            return
+    message.runs.add(upstream_start=upstream, count=count, downstream_start=downstream)
