@@ -21,6 +21,10 @@ import pytest
 from mirrorline.cli import build_parser, main
 from mirrorline.cli.admin import (
     CLEAR_SCREEN,
+    leader_redirect,
+    watch_frame,
+)
+from mirrorline.cli.admin_args import (
     DEFAULT_SERVER,
     POLICY_CLASSES,
     SERVER_ENV,
@@ -34,13 +38,11 @@ from mirrorline.cli.admin import (
     build_translate_request,
     build_update_request,
     call_deadline,
-    leader_redirect,
     parse_flow_name,
     parse_property,
     parse_time,
     policy_class,
     resolve_server,
-    watch_frame,
 )
 from mirrorline.cli.admin_format import (
     flow_state_name,
