@@ -115,8 +115,7 @@ async def ends(bootstrap: str, topic: str) -> dict[int, int]:
     return {p: len(rs) for p, rs in (await consume_all(bootstrap, topic)).items()}
 
 
-def assert_monotonic(checkpoints: list[Checkpoint], rewinds: Mapping[str, int] | None = None
-                     ) -> None:
+def assert_monotonic(checkpoints: list[Checkpoint]) -> None:
     """Per group and partition, neither offset of a checkpoint ever goes backwards."""
     last: dict[tuple[str, str, int], Checkpoint] = {}
     for c in checkpoints:

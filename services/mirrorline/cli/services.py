@@ -8,6 +8,7 @@ import asyncio
 import logging
 import sys
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from mirrorline.controller.service import DEFAULT_LEASE_MS
@@ -15,7 +16,7 @@ from mirrorline.core.config import load_config
 from mirrorline.core.errors import ConfigError
 from mirrorline.core.settings import MirrorSettings
 from mirrorline.ports import GRPC_PORTS, METRICS_PORTS
-from mirrorline.runtime import configure_logging, run_service
+from mirrorline.runtime import Service, configure_logging, run_service
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +94,15 @@ def _ports(parser: argparse.ArgumentParser, service: str) -> None:
                              "(default: 127.0.0.1:<grpc port>)")
 
 
+def _serve(factory: Callable[[], Service]) -> int:
+    """Run a service; a configuration error it finds at start exits with status 2."""
+    try:
+        return run_service(factory)
+    except ConfigError as exc:
+        print(f"mirrorline: configuration error: {exc}", file=sys.stderr)
+        return 2
+
+
 def _replicator(args: argparse.Namespace) -> int:
     configure_logging("replicator", args.log_level)
     settings = load_settings(args.config)
@@ -101,15 +111,11 @@ def _replicator(args: argparse.Namespace) -> int:
     from mirrorline.replicator.service import ReplicatorService
 
     worker = args.worker_id or f"replicator-{uuid.uuid4().hex[:6]}"
-    try:
-        return run_service(lambda: ReplicatorService(
-            settings, worker_id=worker, targets=args.clusters, grpc_host=args.bind,
-            grpc_port=args.grpc_port, metrics_host=args.bind,
-            metrics_port=None if args.metrics_port < 0 else args.metrics_port,
-            worker=args.worker, advertise=args.advertise))
-    except ConfigError as exc:
-        print(f"mirrorline: configuration error: {exc}", file=sys.stderr)
-        return 2
+    return _serve(lambda: ReplicatorService(
+        settings, worker_id=worker, targets=args.clusters, grpc_host=args.bind,
+        grpc_port=args.grpc_port, metrics_host=args.bind,
+        metrics_port=None if args.metrics_port < 0 else args.metrics_port,
+        worker=args.worker, advertise=args.advertise))
 
 
 def _controller(args: argparse.Namespace) -> int:
@@ -134,15 +140,11 @@ def _checkpointer(args: argparse.Namespace) -> int:
         return 2
     from mirrorline.checkpointer.service import CheckpointerService
 
-    try:
-        return run_service(lambda: CheckpointerService(
-            settings, instance_id=args.instance_id, targets=args.clusters,
-            grpc_host=args.bind, grpc_port=args.grpc_port, metrics_host=args.bind,
-            metrics_port=None if args.metrics_port < 0 else args.metrics_port,
-            managed=args.managed, advertise=args.advertise))
-    except ConfigError as exc:
-        print(f"mirrorline: configuration error: {exc}", file=sys.stderr)
-        return 2
+    return _serve(lambda: CheckpointerService(
+        settings, instance_id=args.instance_id, targets=args.clusters,
+        grpc_host=args.bind, grpc_port=args.grpc_port, metrics_host=args.bind,
+        metrics_port=None if args.metrics_port < 0 else args.metrics_port,
+        managed=args.managed, advertise=args.advertise))
 
 
 def _run(args: argparse.Namespace) -> int:

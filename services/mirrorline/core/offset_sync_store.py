@@ -169,13 +169,10 @@ class OffsetSyncStore:
         between the sync and ``upstream_offset`` really reached the target is unknown
         (filtering, compaction, transaction markers), so translating further could skip data.
         """
-        if not self._ready:
+        if not self._ready or (topic, partition) not in self._syncs:
             return None
-        slots = self._syncs.get((topic, partition))
-        if slots is None:
-            return None
-        sync = self._latest(slots, upstream_offset)
-        if sync.upstream_offset > upstream_offset:
+        sync = self.lookup(topic, partition, upstream_offset)
+        if sync is None:
             return -1
         if sync.upstream_offset == upstream_offset:
             return sync.downstream_offset
