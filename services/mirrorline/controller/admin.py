@@ -17,6 +17,7 @@ import grpc
 
 from mirrorline.controller import status
 from mirrorline.controller.discovery import Discoveries
+from mirrorline.controller.drift import DriftAdmin
 from mirrorline.controller.failback import Failback, FailbackError, confirmation
 from mirrorline.controller.workers import WorkerRegistry
 from mirrorline.core.config import parse_config
@@ -58,7 +59,7 @@ class ControllerContext(Protocol):
     async def append(self, record: control_pb2.ControlRecord) -> tuple[int, Outcome]: ...
 
 
-class AdminServicer(admin_pb2_grpc.AdminServicer):
+class AdminServicer(DriftAdmin, admin_pb2_grpc.AdminServicer):
     def __init__(self, controller: ControllerContext) -> None:
         self._c = controller
 

@@ -378,6 +378,11 @@ class _FlowBuilder:
             properties=_Redacted({**{k: e.value for k, e in self.layers.top.items()},
                                   **{k: e.value for k, e in self.flow.items()}}),
             admin_timeout_ms=self.get("admin.timeout.ms", values.parse_non_negative),
+            sync_mode="plan" if self.get("sync.mode", values.parse_sync_mode) == "plan"
+            else "apply",
+            sync_topic_acls_mode="full" if self.get("sync.topic.acls.mode",
+                                                    values.parse_acls_mode) == "full"
+            else "mm2",
         )
         if flow.enabled:
             self._check_enabled(flow)
