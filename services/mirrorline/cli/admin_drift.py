@@ -102,12 +102,12 @@ def _drift(args: argparse.Namespace) -> int:
         flow = parse_flow_name(words[-1])
     except argparse.ArgumentTypeError as exc:
         return _usage_error(args, str(exc))
+    if args.limit and action != "history":
+        return _usage_error(args, "--limit only applies to drift history")
     if action is None:
         return _unary(args, lambda stub: stub.GetDrift,
                       drift_pb2.DriftRequest(flow=flow, topic=args.topic or ""),
                       format_drift_plan)
-    if args.limit and action != "history":
-        return _usage_error(args, "--limit only applies to drift history")
     if args.topic:
         return _usage_error(args, "--topic only applies to the plan (drift FLOW)")
     if action == "apply":
