@@ -166,14 +166,14 @@ async def test_plan_mode_reports_and_drift_apply_fixes_it_through_the_admin_api(
 
             cli = [sys.executable, "-m", "mirrorline", "admin", "--server",
                    f"127.0.0.1:{controller.grpc_port}", "drift"]
-            shown = await _run(cli + [flow, "--topic", topic])
+            shown = await _run([*cli, flow, "--topic", topic])
             assert shown[0] == 0, shown
             assert "retention.ms" in shown[1] and "delete" in shown[1]
-            applied = await _run(cli + ["apply", flow])
+            applied = await _run([*cli, "apply", flow])
             assert applied[0] == 0, applied
             assert "applied 1 change(s)" in applied[1]
             assert "retention.ms" not in await overrides(backup, remote)
-            history = await _run(cli + ["history", flow])
+            history = await _run([*cli, "history", flow])
             assert history[0] == 0, history
             assert "operator" in history[1] and f"{remote} retention.ms" in history[1]
         finally:

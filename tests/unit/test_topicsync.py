@@ -88,12 +88,12 @@ def test_a_target_default_equal_to_the_source_value_is_not_drift() -> None:
 
 
 def test_read_only_sensitive_and_static_values_are_reported_never_changed() -> None:
-    source = kafka({}) + [ConfigEntry("ro", "1", T, read_only=True),
-                          ConfigEntry("secret", "a", T, sensitive=True),
-                          ConfigEntry("static", "x", ConfigSource.STATIC_BROKER_CONFIG)]
-    target = kafka({}) + [ConfigEntry("ro", "2", T, read_only=True),
-                          ConfigEntry("secret", "b", T, sensitive=True),
-                          ConfigEntry("static", "y", ConfigSource.STATIC_BROKER_CONFIG)]
+    source = [*kafka({}), ConfigEntry("ro", "1", T, read_only=True),
+              ConfigEntry("secret", "a", T, sensitive=True),
+              ConfigEntry("static", "x", ConfigSource.STATIC_BROKER_CONFIG)]
+    target = [*kafka({}), ConfigEntry("ro", "2", T, read_only=True),
+              ConfigEntry("secret", "b", T, sensitive=True),
+              ConfigEntry("static", "y", ConfigSource.STATIC_BROKER_CONFIG)]
     plan = plan_topic_configs(source, target, ConfigPropertyFilter())
     assert {(a.key, a.action, a.reason) for a in plan} == {
         ("ro", "none", "read-only"), ("secret", "none", "sensitive"),

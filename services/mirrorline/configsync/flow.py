@@ -195,9 +195,12 @@ class FlowSync:
             if entries:
                 await self.records.record(entries)
                 for entry in entries:
-                    if not entry.ok:
-                        log.warning("%s: %s %s refused: %s", self.flow.name, entry.kind,
-                                    entry.subject, entry.error)
+                    if entry.ok:
+                        log.info("%s: %s: %s (%s)", self.flow.name, entry.subject,
+                                 entry.detail, entry.who)
+                    else:
+                        log.warning("%s: %s: %s refused: %s", self.flow.name, entry.subject,
+                                    entry.detail, entry.error)
             return entries
 
     def _entry(self, who: str, kind: str, subject: str, detail: str,
@@ -277,6 +280,10 @@ class FlowSync:
         """Plan, and apply unless `sync.mode = plan`."""
         plan = await self.plan(acls=acls)
         previous, self.last_plan = self.last_plan, plan
+        before = previous.unavailable if previous is not None else {}
+        for feature, why in plan.unavailable.items():
+            if before.get(feature) != why:  # once per change, not every round
+                log.warning("%s: %s sync %s", self.flow.name, feature, why)
         if self.flow.sync_mode == "plan":
             if plan.changes and (previous is None or _shape(previous) != _shape(plan)):
                 log.warning("%s: drift: %d change(s) pending review (sync.mode = plan); see "
