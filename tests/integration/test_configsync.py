@@ -111,6 +111,7 @@ async def test_sync_reverts_a_hand_set_override_and_reports_what_the_broker_lack
         metrics = await proc.scrape()
         assert "configsync_drift_changes" in metrics
         assert "configsync_unavailable_features" in metrics
+        assert "configsync_rounds_total" in metrics
         await proc.signal(15)
         assert await proc.wait(15) == 0
     finally:
