@@ -108,6 +108,12 @@ async def test_sync_reverts_a_hand_set_override_and_reports_what_the_broker_lack
         assert ("configsync", "config", f"primary.{orders} retention.ms", True) in changes
         assert all(e.subject != f"primary.{gone}" for e in history.entries)
 
+        status = await drift_pb2_grpc.ConfigSyncStub(proc.channel).GetSyncStatus(
+            drift_pb2.SyncStatusRequest(), timeout=10)
+        (row,) = status.flows
+        assert (row.flow, row.mode, row.started, row.error) == (flow, "apply", True, "")
+        assert row.unavailable["partitions"].startswith("unavailable on backup:")
+        assert row.rounds >= 1
         metrics = await proc.scrape()
         assert "configsync_drift_changes" in metrics
         assert "configsync_unavailable_features" in metrics
@@ -201,6 +207,10 @@ async def test_unreachable_cluster_is_retried_in_one_line_and_sigterm_stops_it(
             return "cluster 'gone' unreachable" in proc.log_path.read_text()
         await wait_for(complained, 60, "no one-line reason for the unreachable cluster")
         assert await proc.health() != 1  # not SERVING while it cannot work
+        status = await drift_pb2_grpc.ConfigSyncStub(proc.channel).GetSyncStatus(
+            drift_pb2.SyncStatusRequest(), timeout=10)
+        assert not status.flows[0].started
+        assert "cluster 'gone' unreachable" in status.flows[0].error
         await proc.signal(15)
         assert await proc.wait(15) == 0
         assert "Traceback" not in proc.log_path.read_text()

@@ -81,3 +81,16 @@ class ConfigSyncServicer(drift_pb2_grpc.ConfigSyncServicer):
             entries = entries[-request.limit:]
         return drift_pb2.DriftHistory(flow=request.flow,
                                       entries=[history_message(e) for e in entries])
+
+    async def GetSyncStatus(self, request: drift_pb2.SyncStatusRequest,
+                            context: Context) -> drift_pb2.SyncStatus:
+        reply = drift_pb2.SyncStatus()
+        for name, runner in sorted(self._service.runners.items()):
+            plan = runner.plan
+            reply.flows.add(
+                flow=name, mode=runner.flow.sync_mode, started=runner.started,
+                error=runner.error or "", last_sync_ms=runner.last_round_ms,
+                pending_changes=plan.changes if plan else 0,
+                differences=plan.differences if plan else 0,
+                unavailable=dict(plan.unavailable) if plan else {}, rounds=runner.rounds)
+        return reply

@@ -24,39 +24,49 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19mirrorline/v1/drift.proto\x12\rmirrorline.v1\"+\n\x0c\x44riftRequest\x12\x0c\n\x04\x66low\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\"7\n\x11\x41pplyDriftRequest\x12\x0c\n\x04\x66low\x18\x01 \x01(\t\x12\x14\n\x0crequested_by\x18\x02 \x01(\t\"2\n\x13\x44riftHistoryRequest\x12\x0c\n\x04\x66low\x18\x01 \x01(\t\x12\r\n\x05limit\x18\x02 \x01(\x05\"\x96\x01\n\x0b\x43onfigDrift\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x14\n\x0csource_value\x18\x02 \x01(\t\x12\x16\n\x0esource_present\x18\x03 \x01(\x08\x12\x14\n\x0ctarget_value\x18\x04 \x01(\t\x12\x16\n\x0etarget_present\x18\x05 \x01(\x08\x12\x0e\n\x06\x61\x63tion\x18\x06 \x01(\t\x12\x0e\n\x06reason\x18\x07 \x01(\t\"f\n\x0ePartitionDrift\x12\x19\n\x11source_partitions\x18\x01 \x01(\x05\x12\x19\n\x11target_partitions\x18\x02 \x01(\x05\x12\x0e\n\x06\x61\x63tion\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\"\xa9\x01\n\nTopicDrift\x12\x14\n\x0csource_topic\x18\x01 \x01(\t\x12\x14\n\x0cremote_topic\x18\x02 \x01(\t\x12+\n\x07\x63onfigs\x18\x03 \x03(\x0b\x32\x1a.mirrorline.v1.ConfigDrift\x12\x31\n\npartitions\x18\x04 \x01(\x0b\x32\x1d.mirrorline.v1.PartitionDrift\x12\x0f\n\x07problem\x18\x05 \x01(\t\"\x88\x01\n\x08\x41\x63lEntry\x12\x15\n\rresource_type\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0f\n\x07pattern\x18\x03 \x01(\t\x12\x11\n\tprincipal\x18\x04 \x01(\t\x12\x0c\n\x04host\x18\x05 \x01(\t\x12\x11\n\toperation\x18\x06 \x01(\t\x12\x12\n\npermission\x18\x07 \x01(\t\"\xee\x02\n\tDriftPlan\x12\x0c\n\x04\x66low\x18\x01 \x01(\t\x12\x17\n\x0fgenerated_at_ms\x18\x02 \x01(\x03\x12)\n\x06topics\x18\x03 \x03(\x0b\x32\x19.mirrorline.v1.TopicDrift\x12)\n\x08\x61\x63ls_add\x18\x04 \x03(\x0b\x32\x17.mirrorline.v1.AclEntry\x12,\n\x0b\x61\x63ls_remove\x18\x05 \x03(\x0b\x32\x17.mirrorline.v1.AclEntry\x12>\n\x0bunavailable\x18\x06 \x03(\x0b\x32).mirrorline.v1.DriftPlan.UnavailableEntry\x12\x0c\n\x04mode\x18\x07 \x01(\t\x12\x0f\n\x07\x63hanges\x18\x08 \x01(\x05\x12\r\n\x05\x65rror\x18\t \x01(\t\x12\x14\n\x0clast_sync_ms\x18\n \x01(\x03\x1a\x32\n\x10UnavailableEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"t\n\x0cHistoryEntry\x12\r\n\x05\x61t_ms\x18\x01 \x01(\x03\x12\x0b\n\x03who\x18\x02 \x01(\t\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\x0f\n\x07subject\x18\x04 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x05 \x01(\t\x12\n\n\x02ok\x18\x06 \x01(\x08\x12\r\n\x05\x65rror\x18\x07 \x01(\t\"h\n\x10\x41pplyDriftResult\x12&\n\x04plan\x18\x01 \x01(\x0b\x32\x18.mirrorline.v1.DriftPlan\x12,\n\x07\x61pplied\x18\x02 \x03(\x0b\x32\x1b.mirrorline.v1.HistoryEntry\"J\n\x0c\x44riftHistory\x12\x0c\n\x04\x66low\x18\x01 \x01(\t\x12,\n\x07\x65ntries\x18\x02 \x03(\x0b\x32\x1b.mirrorline.v1.HistoryEntry2\xf4\x01\n\nConfigSync\x12\x41\n\x08GetDrift\x12\x1b.mirrorline.v1.DriftRequest\x1a\x18.mirrorline.v1.DriftPlan\x12O\n\nApplyDrift\x12 .mirrorline.v1.ApplyDriftRequest\x1a\x1f.mirrorline.v1.ApplyDriftResult\x12R\n\x0fGetDriftHistory\x12\".mirrorline.v1.DriftHistoryRequest\x1a\x1b.mirrorline.v1.DriftHistoryb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19mirrorline/v1/drift.proto\x12\rmirrorline.v1\"\x13\n\x11SyncStatusRequest\"\x99\x02\n\x0e\x46lowSyncStatus\x12\x0c\n\x04\x66low\x18\x01 \x01(\t\x12\x0c\n\x04mode\x18\x02 \x01(\t\x12\x0f\n\x07started\x18\x03 \x01(\x08\x12\r\n\x05\x65rror\x18\x04 \x01(\t\x12\x14\n\x0clast_sync_ms\x18\x05 \x01(\x03\x12\x17\n\x0fpending_changes\x18\x06 \x01(\x05\x12\x13\n\x0b\x64ifferences\x18\x07 \x01(\x05\x12\x43\n\x0bunavailable\x18\x08 \x03(\x0b\x32..mirrorline.v1.FlowSyncStatus.UnavailableEntry\x12\x0e\n\x06rounds\x18\t \x01(\x03\x1a\x32\n\x10UnavailableEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\":\n\nSyncStatus\x12,\n\x05\x66lows\x18\x01 \x03(\x0b\x32\x1d.mirrorline.v1.FlowSyncStatus\"+\n\x0c\x44riftRequest\x12\x0c\n\x04\x66low\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\"7\n\x11\x41pplyDriftRequest\x12\x0c\n\x04\x66low\x18\x01 \x01(\t\x12\x14\n\x0crequested_by\x18\x02 \x01(\t\"2\n\x13\x44riftHistoryRequest\x12\x0c\n\x04\x66low\x18\x01 \x01(\t\x12\r\n\x05limit\x18\x02 \x01(\x05\"\x96\x01\n\x0b\x43onfigDrift\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x14\n\x0csource_value\x18\x02 \x01(\t\x12\x16\n\x0esource_present\x18\x03 \x01(\x08\x12\x14\n\x0ctarget_value\x18\x04 \x01(\t\x12\x16\n\x0etarget_present\x18\x05 \x01(\x08\x12\x0e\n\x06\x61\x63tion\x18\x06 \x01(\t\x12\x0e\n\x06reason\x18\x07 \x01(\t\"f\n\x0ePartitionDrift\x12\x19\n\x11source_partitions\x18\x01 \x01(\x05\x12\x19\n\x11target_partitions\x18\x02 \x01(\x05\x12\x0e\n\x06\x61\x63tion\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\"\xa9\x01\n\nTopicDrift\x12\x14\n\x0csource_topic\x18\x01 \x01(\t\x12\x14\n\x0cremote_topic\x18\x02 \x01(\t\x12+\n\x07\x63onfigs\x18\x03 \x03(\x0b\x32\x1a.mirrorline.v1.ConfigDrift\x12\x31\n\npartitions\x18\x04 \x01(\x0b\x32\x1d.mirrorline.v1.PartitionDrift\x12\x0f\n\x07problem\x18\x05 \x01(\t\"\x88\x01\n\x08\x41\x63lEntry\x12\x15\n\rresource_type\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0f\n\x07pattern\x18\x03 \x01(\t\x12\x11\n\tprincipal\x18\x04 \x01(\t\x12\x0c\n\x04host\x18\x05 \x01(\t\x12\x11\n\toperation\x18\x06 \x01(\t\x12\x12\n\npermission\x18\x07 \x01(\t\"\xee\x02\n\tDriftPlan\x12\x0c\n\x04\x66low\x18\x01 \x01(\t\x12\x17\n\x0fgenerated_at_ms\x18\x02 \x01(\x03\x12)\n\x06topics\x18\x03 \x03(\x0b\x32\x19.mirrorline.v1.TopicDrift\x12)\n\x08\x61\x63ls_add\x18\x04 \x03(\x0b\x32\x17.mirrorline.v1.AclEntry\x12,\n\x0b\x61\x63ls_remove\x18\x05 \x03(\x0b\x32\x17.mirrorline.v1.AclEntry\x12>\n\x0bunavailable\x18\x06 \x03(\x0b\x32).mirrorline.v1.DriftPlan.UnavailableEntry\x12\x0c\n\x04mode\x18\x07 \x01(\t\x12\x0f\n\x07\x63hanges\x18\x08 \x01(\x05\x12\r\n\x05\x65rror\x18\t \x01(\t\x12\x14\n\x0clast_sync_ms\x18\n \x01(\x03\x1a\x32\n\x10UnavailableEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"t\n\x0cHistoryEntry\x12\r\n\x05\x61t_ms\x18\x01 \x01(\x03\x12\x0b\n\x03who\x18\x02 \x01(\t\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\x0f\n\x07subject\x18\x04 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x05 \x01(\t\x12\n\n\x02ok\x18\x06 \x01(\x08\x12\r\n\x05\x65rror\x18\x07 \x01(\t\"h\n\x10\x41pplyDriftResult\x12&\n\x04plan\x18\x01 \x01(\x0b\x32\x18.mirrorline.v1.DriftPlan\x12,\n\x07\x61pplied\x18\x02 \x03(\x0b\x32\x1b.mirrorline.v1.HistoryEntry\"J\n\x0c\x44riftHistory\x12\x0c\n\x04\x66low\x18\x01 \x01(\t\x12,\n\x07\x65ntries\x18\x02 \x03(\x0b\x32\x1b.mirrorline.v1.HistoryEntry2\xc2\x02\n\nConfigSync\x12\x41\n\x08GetDrift\x12\x1b.mirrorline.v1.DriftRequest\x1a\x18.mirrorline.v1.DriftPlan\x12O\n\nApplyDrift\x12 .mirrorline.v1.ApplyDriftRequest\x1a\x1f.mirrorline.v1.ApplyDriftResult\x12R\n\x0fGetDriftHistory\x12\".mirrorline.v1.DriftHistoryRequest\x1a\x1b.mirrorline.v1.DriftHistory\x12L\n\rGetSyncStatus\x12 .mirrorline.v1.SyncStatusRequest\x1a\x19.mirrorline.v1.SyncStatusb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'mirrorline.v1.drift_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
+  _globals['_FLOWSYNCSTATUS_UNAVAILABLEENTRY']._loaded_options = None
+  _globals['_FLOWSYNCSTATUS_UNAVAILABLEENTRY']._serialized_options = b'8\001'
   _globals['_DRIFTPLAN_UNAVAILABLEENTRY']._loaded_options = None
   _globals['_DRIFTPLAN_UNAVAILABLEENTRY']._serialized_options = b'8\001'
-  _globals['_DRIFTREQUEST']._serialized_start=44
-  _globals['_DRIFTREQUEST']._serialized_end=87
-  _globals['_APPLYDRIFTREQUEST']._serialized_start=89
-  _globals['_APPLYDRIFTREQUEST']._serialized_end=144
-  _globals['_DRIFTHISTORYREQUEST']._serialized_start=146
-  _globals['_DRIFTHISTORYREQUEST']._serialized_end=196
-  _globals['_CONFIGDRIFT']._serialized_start=199
-  _globals['_CONFIGDRIFT']._serialized_end=349
-  _globals['_PARTITIONDRIFT']._serialized_start=351
-  _globals['_PARTITIONDRIFT']._serialized_end=453
-  _globals['_TOPICDRIFT']._serialized_start=456
-  _globals['_TOPICDRIFT']._serialized_end=625
-  _globals['_ACLENTRY']._serialized_start=628
-  _globals['_ACLENTRY']._serialized_end=764
-  _globals['_DRIFTPLAN']._serialized_start=767
-  _globals['_DRIFTPLAN']._serialized_end=1133
-  _globals['_DRIFTPLAN_UNAVAILABLEENTRY']._serialized_start=1083
-  _globals['_DRIFTPLAN_UNAVAILABLEENTRY']._serialized_end=1133
-  _globals['_HISTORYENTRY']._serialized_start=1135
-  _globals['_HISTORYENTRY']._serialized_end=1251
-  _globals['_APPLYDRIFTRESULT']._serialized_start=1253
-  _globals['_APPLYDRIFTRESULT']._serialized_end=1357
-  _globals['_DRIFTHISTORY']._serialized_start=1359
-  _globals['_DRIFTHISTORY']._serialized_end=1433
-  _globals['_CONFIGSYNC']._serialized_start=1436
-  _globals['_CONFIGSYNC']._serialized_end=1680
+  _globals['_SYNCSTATUSREQUEST']._serialized_start=44
+  _globals['_SYNCSTATUSREQUEST']._serialized_end=63
+  _globals['_FLOWSYNCSTATUS']._serialized_start=66
+  _globals['_FLOWSYNCSTATUS']._serialized_end=347
+  _globals['_FLOWSYNCSTATUS_UNAVAILABLEENTRY']._serialized_start=297
+  _globals['_FLOWSYNCSTATUS_UNAVAILABLEENTRY']._serialized_end=347
+  _globals['_SYNCSTATUS']._serialized_start=349
+  _globals['_SYNCSTATUS']._serialized_end=407
+  _globals['_DRIFTREQUEST']._serialized_start=409
+  _globals['_DRIFTREQUEST']._serialized_end=452
+  _globals['_APPLYDRIFTREQUEST']._serialized_start=454
+  _globals['_APPLYDRIFTREQUEST']._serialized_end=509
+  _globals['_DRIFTHISTORYREQUEST']._serialized_start=511
+  _globals['_DRIFTHISTORYREQUEST']._serialized_end=561
+  _globals['_CONFIGDRIFT']._serialized_start=564
+  _globals['_CONFIGDRIFT']._serialized_end=714
+  _globals['_PARTITIONDRIFT']._serialized_start=716
+  _globals['_PARTITIONDRIFT']._serialized_end=818
+  _globals['_TOPICDRIFT']._serialized_start=821
+  _globals['_TOPICDRIFT']._serialized_end=990
+  _globals['_ACLENTRY']._serialized_start=993
+  _globals['_ACLENTRY']._serialized_end=1129
+  _globals['_DRIFTPLAN']._serialized_start=1132
+  _globals['_DRIFTPLAN']._serialized_end=1498
+  _globals['_DRIFTPLAN_UNAVAILABLEENTRY']._serialized_start=297
+  _globals['_DRIFTPLAN_UNAVAILABLEENTRY']._serialized_end=347
+  _globals['_HISTORYENTRY']._serialized_start=1500
+  _globals['_HISTORYENTRY']._serialized_end=1616
+  _globals['_APPLYDRIFTRESULT']._serialized_start=1618
+  _globals['_APPLYDRIFTRESULT']._serialized_end=1722
+  _globals['_DRIFTHISTORY']._serialized_start=1724
+  _globals['_DRIFTHISTORY']._serialized_end=1798
+  _globals['_CONFIGSYNC']._serialized_start=1801
+  _globals['_CONFIGSYNC']._serialized_end=2123
 # @@protoc_insertion_point(module_scope)

@@ -22,6 +22,109 @@ else:
 DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
+class SyncStatusRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SyncStatusRequest: _TypeAlias = SyncStatusRequest  # noqa: Y015
+
+@_typing.final
+class FlowSyncStatus(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class UnavailableEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    FLOW_FIELD_NUMBER: _builtins.int
+    MODE_FIELD_NUMBER: _builtins.int
+    STARTED_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    LAST_SYNC_MS_FIELD_NUMBER: _builtins.int
+    PENDING_CHANGES_FIELD_NUMBER: _builtins.int
+    DIFFERENCES_FIELD_NUMBER: _builtins.int
+    UNAVAILABLE_FIELD_NUMBER: _builtins.int
+    ROUNDS_FIELD_NUMBER: _builtins.int
+    flow: _builtins.str
+    mode: _builtins.str
+    """sync.mode: "apply" or "plan" """
+    started: _builtins.bool
+    """connected to both clusters"""
+    error: _builtins.str
+    """why it is not started, or why the last round failed"""
+    last_sync_ms: _builtins.int
+    pending_changes: _builtins.int
+    """changes the last plan would make"""
+    differences: _builtins.int
+    rounds: _builtins.int
+    @_builtins.property
+    def unavailable(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        flow: _builtins.str = ...,
+        mode: _builtins.str = ...,
+        started: _builtins.bool = ...,
+        error: _builtins.str = ...,
+        last_sync_ms: _builtins.int = ...,
+        pending_changes: _builtins.int = ...,
+        differences: _builtins.int = ...,
+        unavailable: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        rounds: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["differences", b"differences", "error", b"error", "flow", b"flow", "last_sync_ms", b"last_sync_ms", "mode", b"mode", "pending_changes", b"pending_changes", "rounds", b"rounds", "started", b"started", "unavailable", b"unavailable"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FlowSyncStatus: _TypeAlias = FlowSyncStatus  # noqa: Y015
+
+@_typing.final
+class SyncStatus(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FLOWS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def flows(self) -> _containers.RepeatedCompositeFieldContainer[Global___FlowSyncStatus]: ...
+    def __init__(
+        self,
+        *,
+        flows: _abc.Iterable[Global___FlowSyncStatus] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["flows", b"flows"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SyncStatus: _TypeAlias = SyncStatus  # noqa: Y015
+
+@_typing.final
 class DriftRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -49,6 +49,11 @@ class ConfigSyncStub:
                 request_serializer=mirrorline_dot_v1_dot_drift__pb2.DriftHistoryRequest.SerializeToString,
                 response_deserializer=mirrorline_dot_v1_dot_drift__pb2.DriftHistory.FromString,
                 _registered_method=True)
+        self.GetSyncStatus = channel.unary_unary(
+                '/mirrorline.v1.ConfigSync/GetSyncStatus',
+                request_serializer=mirrorline_dot_v1_dot_drift__pb2.SyncStatusRequest.SerializeToString,
+                response_deserializer=mirrorline_dot_v1_dot_drift__pb2.SyncStatus.FromString,
+                _registered_method=True)
 
 
 class ConfigSyncServicer:
@@ -75,6 +80,14 @@ class ConfigSyncServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetSyncStatus(self, request, context):
+        """Per flow: mode, last round, its failure, pending changes, unavailable features.
+        Answers from the last round (no cluster is asked).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ConfigSyncServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -92,6 +105,11 @@ def add_ConfigSyncServicer_to_server(servicer, server):
                     servicer.GetDriftHistory,
                     request_deserializer=mirrorline_dot_v1_dot_drift__pb2.DriftHistoryRequest.FromString,
                     response_serializer=mirrorline_dot_v1_dot_drift__pb2.DriftHistory.SerializeToString,
+            ),
+            'GetSyncStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetSyncStatus,
+                    request_deserializer=mirrorline_dot_v1_dot_drift__pb2.SyncStatusRequest.FromString,
+                    response_serializer=mirrorline_dot_v1_dot_drift__pb2.SyncStatus.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -175,6 +193,33 @@ class ConfigSync:
             '/mirrorline.v1.ConfigSync/GetDriftHistory',
             mirrorline_dot_v1_dot_drift__pb2.DriftHistoryRequest.SerializeToString,
             mirrorline_dot_v1_dot_drift__pb2.DriftHistory.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetSyncStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mirrorline.v1.ConfigSync/GetSyncStatus',
+            mirrorline_dot_v1_dot_drift__pb2.SyncStatusRequest.SerializeToString,
+            mirrorline_dot_v1_dot_drift__pb2.SyncStatus.FromString,
             options,
             channel_credentials,
             insecure,

@@ -40,6 +40,10 @@ class ConfigSyncStub:
     """Applies the plan now (also with sync.mode = plan); every change goes to the history."""
     GetDriftHistory: _grpc.UnaryUnaryMultiCallable[_drift_pb2.DriftHistoryRequest, _drift_pb2.DriftHistory]
     """Changes applied so far, oldest first, from the flow's history topic on the target."""
+    GetSyncStatus: _grpc.UnaryUnaryMultiCallable[_drift_pb2.SyncStatusRequest, _drift_pb2.SyncStatus]
+    """Per flow: mode, last round, its failure, pending changes, unavailable features.
+    Answers from the last round (no cluster is asked).
+    """
 
 @_typing.type_check_only
 class ConfigSyncAsyncStub(ConfigSyncStub):
@@ -50,6 +54,10 @@ class ConfigSyncAsyncStub(ConfigSyncStub):
     """Applies the plan now (also with sync.mode = plan); every change goes to the history."""
     GetDriftHistory: _aio.UnaryUnaryMultiCallable[_drift_pb2.DriftHistoryRequest, _drift_pb2.DriftHistory]  # type: ignore[assignment]
     """Changes applied so far, oldest first, from the flow's history topic on the target."""
+    GetSyncStatus: _aio.UnaryUnaryMultiCallable[_drift_pb2.SyncStatusRequest, _drift_pb2.SyncStatus]  # type: ignore[assignment]
+    """Per flow: mode, last round, its failure, pending changes, unavailable features.
+    Answers from the last round (no cluster is asked).
+    """
 
 class ConfigSyncServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -75,5 +83,15 @@ class ConfigSyncServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_drift_pb2.DriftHistory, _abc.Awaitable[_drift_pb2.DriftHistory]]:
         """Changes applied so far, oldest first, from the flow's history topic on the target."""
+
+    @_abc_1.abstractmethod
+    def GetSyncStatus(
+        self,
+        request: _drift_pb2.SyncStatusRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_drift_pb2.SyncStatus, _abc.Awaitable[_drift_pb2.SyncStatus]]:
+        """Per flow: mode, last round, its failure, pending changes, unavailable features.
+        Answers from the last round (no cluster is asked).
+        """
 
 def add_ConfigSyncServicer_to_server(servicer: ConfigSyncServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -1,0 +1,123 @@
+"""Applying a drift plan: a refused change stays with its topic and key, the rest goes on;
+ACL removal is limited to what the service created.
+
+The target here is a stand-in: the local broker (Tansu) accepts every config value, even
+for topics that do not exist, and has no ACL API to refuse or accept anything, so a
+refusing target cannot exist in this environment. The stand-ins replace only the three
+request functions (`alter_topic_configs`, `create_acls`, `delete_acls`) and the history
+topic; the planning and bookkeeping under test are the product's own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+import pytest
+
+from mirrorline.configsync import flow as flow_module
+from mirrorline.configsync.flow import FlowSync
+from mirrorline.core.aclsync import AclBinding
+from mirrorline.core.config import parse_config
+from mirrorline.core.drift import DriftPlan, HistoryEntry, TopicDrift
+from mirrorline.core.filters import ConfigOp
+from mirrorline.core.topicsync import ConfigAction
+
+CONFIG = ("clusters = a, b\na.bootstrap.servers = h:1\nb.bootstrap.servers = h:2\n"
+          "a->b.enabled = true\n")
+
+
+class Records:
+    def __init__(self, owned: Iterable[AclBinding] = ()) -> None:
+        self.history: list[HistoryEntry] = []
+        self.owned = set(owned)
+
+    async def record(self, entries: Iterable[HistoryEntry]) -> None:
+        self.history.extend(entries)
+
+    async def set_owned(self, owned: Iterable[AclBinding]) -> None:
+        self.owned = set(owned)
+
+
+class Target:
+    alias = "b"
+
+
+def acl(name: str) -> AclBinding:
+    return AclBinding("TOPIC", name, "LITERAL", "User:x", "*", "READ", "ALLOW")
+
+
+def sync(records: Records) -> FlowSync:
+    flow = parse_config(CONFIG).flows["a->b"]
+    return FlowSync(flow, source=Target(), target=Target(),  # type: ignore[arg-type]
+                    records=records)  # type: ignore[arg-type]
+
+
+def config_drift(topic: str, key: str, value: str) -> TopicDrift:
+    return TopicDrift(topic, f"a.{topic}", (ConfigAction(key, value, "old", "set"),))
+
+
+async def test_a_refused_value_is_reported_for_its_topic_and_key_and_the_rest_applies(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    sent: list[str] = []
+
+    async def alter(_admin: object, topics: Mapping[str, Sequence[ConfigOp]],
+                    _timeout: float) -> dict[str, str | None]:
+        (topic,) = topics
+        sent.append(topic)
+        if topic == "a.slow":
+            raise TimeoutError()
+        return {topic: "POLICY_VIOLATION: no" if topic == "a.bad" else None}
+
+    monkeypatch.setattr(flow_module, "alter_topic_configs", alter)
+    records = Records()
+    plan = DriftPlan("a->b", 0, (config_drift("bad", "retention.ms", "1"),
+                                 config_drift("slow", "segment.ms", "2"),
+                                 config_drift("good", "retention.ms", "3")))
+    entries = await sync(records).apply(plan, "operator")
+    assert sorted(sent) == ["a.bad", "a.good", "a.slow"]
+    outcome = {e.subject: (e.ok, e.error) for e in entries}
+    assert outcome["a.bad retention.ms"] == (False, "POLICY_VIOLATION: no")
+    assert outcome["a.slow segment.ms"][0] is False
+    assert outcome["a.good retention.ms"] == (True, "")
+    assert records.history == entries
+    assert all(e.who == "operator" for e in entries)
+
+
+async def test_acls_it_did_not_create_are_never_deleted_even_if_a_plan_says_so(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    deleted: list[AclBinding] = []
+
+    async def create(_admin: object, bindings: Iterable[AclBinding],
+                     _timeout: float) -> dict[AclBinding, str | None]:
+        return dict.fromkeys(bindings)
+
+    async def delete(_admin: object, bindings: Iterable[AclBinding],
+                     _timeout: float) -> dict[AclBinding, str | None]:
+        found = list(bindings)
+        deleted.extend(found)
+        return dict.fromkeys(found)
+
+    monkeypatch.setattr(flow_module, "create_acls", create)
+    monkeypatch.setattr(flow_module, "delete_acls", delete)
+    ours, theirs, new = acl("a.ours"), acl("a.theirs"), acl("a.new")
+    records = Records(owned=[ours])
+    plan = DriftPlan("a->b", 0, acls_add=(new,), acls_remove=(ours, theirs))
+    entries = await sync(records).apply(plan, "configsync")
+    assert deleted == [ours]
+    assert records.owned == {new}
+    assert {(e.kind, e.subject) for e in entries} == {("acl-add", str(new)),
+                                                      ("acl-remove", str(ours))}
+
+
+async def test_a_target_that_never_answers_createacls_is_recorded_not_owned(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    async def hang(_admin: object, _bindings: Iterable[AclBinding],
+                   _timeout: float) -> dict[AclBinding, str | None]:
+        raise TimeoutError()
+
+    monkeypatch.setattr(flow_module, "create_acls", hang)
+    records = Records()
+    entries = await sync(records).apply(DriftPlan("a->b", 0, acls_add=(acl("a.t"),)),
+                                        "configsync")
+    assert [(e.kind, e.ok) for e in entries] == [("acl-add", False)]
+    assert records.owned == set()
