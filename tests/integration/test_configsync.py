@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 
 import grpc
@@ -217,3 +217,49 @@ async def test_unreachable_cluster_is_retried_in_one_line_and_sigterm_stops_it(
     finally:
         await proc.close()
 
+
+
+async def test_with_identity_policy_only_topics_seen_replicated_count_as_vanished(
+        clusters: Mapping[str, LocalBroker], unique: str, tmp_path: Path) -> None:
+    """Without renaming, a target topic carries no trace of its source: only a topic an
+    earlier round saw replicated is reported when its source goes; the target's own
+    topics are not mistaken for copies."""
+    primary, backup = clusters["primary"], clusters["backup"]
+    kept, local = f"{unique}-kept", f"{unique}-local"
+    await create_topic(primary.bootstrap, kept)
+    await create_topic(backup.bootstrap, kept)
+    await create_topic(backup.bootstrap, local)  # the target's own topic
+    flow = "primary->backup"
+    proc = configsync(mm2_config(clusters, {flow: {
+        "topics": f"{unique}-.*", "replication.policy.class": "identity", **FAST}}),
+        tmp_path, "identity")
+    await proc.start()
+    try:
+        await proc.wait_serving()
+        stub = drift_pb2_grpc.ConfigSyncStub(proc.channel)
+
+        async def rounds() -> int:
+            status = await stub.GetSyncStatus(drift_pb2.SyncStatusRequest(), timeout=10)
+            return int(status.flows[0].rounds)
+        await wait_for(lambda: _at_least(rounds, 1), 30, "no sync round ran")
+        assert topic_of(await plan_of(proc, flow), local) is None
+        async with ClusterAdmin("hand", {"bootstrap_servers": primary.bootstrap}) as admin:
+            assert await admin.delete_topics([kept]) == {kept: None}
+
+        async def reported() -> bool:
+            drift = topic_of(await plan_of(proc, flow), kept)
+            return drift is not None and "no longer exists" in drift.problem
+        await wait_for(reported, 30, "the vanished source topic was not reported")
+        assert topic_of(await plan_of(proc, flow), local) is None
+        assert kept in await _topics(backup)  # left alone
+    finally:
+        await proc.close()
+
+
+async def _at_least(read: Callable[[], Awaitable[int]], value: int) -> bool:
+    return await read() >= value
+
+
+async def _topics(broker: LocalBroker) -> dict[str, int]:
+    async with ClusterAdmin("check", {"bootstrap_servers": broker.bootstrap}) as admin:
+        return await admin.topic_partitions()

@@ -89,6 +89,10 @@ class FlowSync:
         self._last_acl_round = float("-inf")
         self._last_acl_plan: AclPlan | None = None
         self._acl_unavailable: str | None = None
+        #: Source topic -> remote topic, for every topic replicated in an earlier round:
+        #: how a vanished source is noticed under a policy that does not rename.
+        self._seen: dict[str, str] = {}
+        self._renames = self.policy.format_remote_topic(flow.source, "t") != "t"
 
     def selects(self, topic: str) -> bool:
         return should_replicate_topic(
@@ -146,9 +150,12 @@ class FlowSync:
         source_topics = await self._source.topic_partitions()
         selected = {t: n for t, n in source_topics.items() if self.selects(t)}
         target_topics = await self._target.topic_partitions()
-        # Remote topics of this flow whose source topic is gone: reported, left alone.
-        vanished: dict[str, str] = {}
-        for candidate in target_topics:
+        # Remote topics of this flow whose source topic is gone: reported, left alone. A
+        # renaming policy says so by name (also after a restart); without renaming, a
+        # target topic is only known to be a copy if an earlier round saw its source.
+        vanished = {t: r for t, r in self._seen.items()
+                    if t not in source_topics and r in target_topics}
+        for candidate in target_topics if self._renames else ():
             if self.policy.topic_source(candidate) != flow.source:
                 continue
             upstream = self.policy.upstream_topic(candidate)
@@ -174,6 +181,12 @@ class FlowSync:
         out += [topic_drift(TopicSides(t, r, None, target_topics[r], None, None),
                             self._config_filter)
                 for t, r in vanished.items() if only is None or t == only]
+        if only is None:
+            self._seen = {t: remote[t] for t in present}
+        elif only not in selected and only not in vanished:
+            out.append(TopicDrift(only, self.policy.format_remote_topic(flow.source, only),
+                                  problem=f"{only!r} is not a source topic this flow "
+                                          "replicates (topics, topics.exclude)"))
         return out
 
     async def _plan_acls(self, source_caps: Capabilities,

@@ -98,12 +98,16 @@ class FlowRunner:
                                           f"{self._name}|reader"),
                     replication_factor=flow.checkpoints_topic_replication_factor)
                 alias = flow.target
-                await records.start()
                 self._records = records
+                await records.start()
                 return FlowSync(flow, source=source, target=target, records=records)
             except Exception as exc:
                 self.error = f"cluster {alias!r} unreachable: {exc!r}"
                 log.warning("%s: %s; retrying", flow.name, self.error)
+                if self._records is not None:
+                    with contextlib.suppress(Exception):
+                        await self._records.stop()
+                    self._records = None
                 for admin in self._admins:
                     with contextlib.suppress(Exception):
                         await admin.close()
