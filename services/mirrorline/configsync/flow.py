@@ -195,8 +195,12 @@ class FlowSync:
                                  or target_caps.acls_unavailable(write=True))
         if self._acl_unavailable:
             return None
-        source = await describe_acls(self._source, self._timeout)
-        target = await describe_acls(self._target, self._timeout)
+        try:  # a failure here must not stop config and partition sync
+            source = await describe_acls(self._source, self._timeout)
+            target = await describe_acls(self._target, self._timeout)
+        except Exception as exc:
+            self._acl_unavailable = f"failed this round (retried next round): {exc!r}"
+            return None
         return plan_acls(source, target, self.records.owned, self._rules)
 
     # -- applying -------------------------------------------------------------------
