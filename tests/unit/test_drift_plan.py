@@ -142,3 +142,10 @@ def test_bad_sync_values_name_key_and_line(line: str, key: str) -> None:
         parse_config(BASE + line + "\n")
     assert error.value.key == key
     assert error.value.line == 5
+
+
+def test_config_sync_switched_off_compares_partitions_only() -> None:
+    drift = topic_drift(sides("t", 2, 1, [ConfigEntry("retention.ms", "1", T)], []), FLT,
+                        sync_configs=False)
+    assert drift.configs == ()
+    assert drift.partitions is not None and drift.partitions.action == "grow"
