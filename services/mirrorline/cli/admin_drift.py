@@ -139,6 +139,8 @@ def _limit(text: str) -> int:
 def register(admin_sub: Any, common: argparse.ArgumentParser) -> None:
     parser: argparse.ArgumentParser = admin_sub.add_parser(
         "drift", parents=[common],
+        usage="mirrorline admin drift [apply | history] FLOW [--topic TOPIC] [--limit N] "
+              "[--server HOST:PORT] [--output {table,json}] [--timeout SECONDS]",
         help="topic configs, partitions and ACLs that differ between source and target",
         description="drift FLOW shows the plan (changes nothing); drift apply FLOW applies "
                     "it now; drift history FLOW lists the changes applied so far.")
