@@ -121,3 +121,20 @@ async def test_a_target_that_never_answers_createacls_is_recorded_not_owned(
                                         "configsync")
     assert [(e.kind, e.ok) for e in entries] == [("acl-add", False)]
     assert records.owned == set()
+
+
+async def test_a_value_refused_every_round_is_recorded_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    async def refuse(_admin: object, topics: Mapping[str, Sequence[ConfigOp]],
+                     _timeout: float) -> dict[str, str | None]:
+        return dict.fromkeys(topics, "POLICY_VIOLATION: no")
+
+    monkeypatch.setattr(flow_module, "alter_topic_configs", refuse)
+    records = Records()
+    syncer = sync(records)
+    plan = DriftPlan("a->b", 0, (config_drift("bad", "retention.ms", "1"),))
+    for _ in range(3):
+        await syncer.apply(plan, "configsync")
+    assert len(records.history) == 1
+    await syncer.apply(plan, "operator")  # an operator's attempt is always recorded
+    assert len(records.history) == 2

@@ -3,6 +3,8 @@ would change on a remote topic, and what it reports but leaves alone."""
 
 from __future__ import annotations
 
+import pytest
+
 from mirrorline.core.filters import (
     ConfigEntry,
     ConfigOp,
@@ -161,3 +163,14 @@ def test_partition_counts() -> None:
     assert more is not None and more.action == "none" and "never removed" in more.reason
     off = plan_partitions(5, 3, unavailable="unavailable on backup: no CreatePartitions")
     assert off == PartitionAction(5, 3, "none", "unavailable on backup: no CreatePartitions")
+
+
+@pytest.mark.parametrize("source", [ConfigSource.STATIC_BROKER_CONFIG,
+                                    ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG,
+                                    ConfigSource.DYNAMIC_BROKER_CONFIG])
+def test_a_target_broker_default_is_not_an_override_to_delete(source: ConfigSource) -> None:
+    """The source uses its default, the target's broker sets another default: a DELETE
+    would change nothing, so it is not planned (the plan converges)."""
+    target = [e for e in kafka({}) if e.name != "retention.ms"]
+    target.append(ConfigEntry("retention.ms", "1000", source))
+    assert plan_topic_configs(kafka({}), target, ConfigPropertyFilter()) == []

@@ -93,6 +93,7 @@ class FlowSync:
         #: how a vanished source is noticed under a policy that does not rename.
         self._seen: dict[str, str] = {}
         self._renames = self.policy.format_remote_topic(flow.source, "t") != "t"
+        self._refused: dict[tuple[str, str], tuple[str, str]] = {}
 
     def selects(self, topic: str) -> bool:
         return should_replicate_topic(
@@ -209,6 +210,7 @@ class FlowSync:
         async with self._lock:
             entries = await self._apply_topics(plan, who)
             entries += await self._apply_acls(plan, who)
+            entries = [e for e in entries if self._news(e)]
             if entries:
                 await self.records.record(entries)
                 for entry in entries:
@@ -219,6 +221,17 @@ class FlowSync:
                         log.warning("%s: %s: %s refused: %s", self.flow.name, entry.subject,
                                     entry.detail, entry.error)
             return entries
+
+    def _news(self, entry: HistoryEntry) -> bool:
+        """False for a periodic round's refusal identical to the last one recorded for the
+        same subject: a value the target keeps refusing is recorded once, not every round."""
+        key = (entry.kind, entry.subject)
+        if entry.ok:
+            self._refused.pop(key, None)
+            return True
+        seen = self._refused.get(key)
+        self._refused[key] = (entry.detail, entry.error)
+        return entry.who != "configsync" or seen != (entry.detail, entry.error)
 
     def _entry(self, who: str, kind: str, subject: str, detail: str,
                error: str | None = None) -> HistoryEntry:

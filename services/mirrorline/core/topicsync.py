@@ -73,7 +73,12 @@ def normalize_description(entries: Sequence[ConfigEntry]) -> list[ConfigEntry]:
 
 
 def _overridden(entry: ConfigEntry | None) -> bool:
-    return entry is not None and not entry.is_default
+    """Whether the topic itself overrides this config (what a DELETE would remove).
+
+    A value from the broker's configuration (static or dynamic broker default) is not a
+    topic override: deleting it would change nothing and the plan would never converge.
+    """
+    return entry is not None and entry.source is ConfigSource.DYNAMIC_TOPIC_CONFIG
 
 
 def _skip_reason(entry: ConfigEntry, flt: ConfigPropertyFilter) -> str | None:
