@@ -1,7 +1,7 @@
 """Applying a drift plan: a refused change stays with its topic and key, the rest goes on;
 ACL removal is limited to what the service created.
 
-The target here is a stand-in: the local broker (Tansu) accepts every config value, even
+The clusters here are stand-ins: the local broker (Tansu) accepts every config value, even
 for topics that do not exist, and has no ACL API to refuse or accept anything, so a
 refusing target cannot exist in this environment. The stand-ins replace only the three
 request functions (`alter_topic_configs`, `create_acls`, `delete_acls`) and the history
@@ -21,6 +21,7 @@ from mirrorline.core.config import parse_config
 from mirrorline.core.drift import DriftPlan, HistoryEntry, TopicDrift
 from mirrorline.core.filters import ConfigOp
 from mirrorline.core.topicsync import ConfigAction
+from mirrorline.kafka.capabilities import API_KEYS, Capabilities
 
 CONFIG = ("clusters = a, b\na.bootstrap.servers = h:1\nb.bootstrap.servers = h:2\n"
           "a->b.enabled = true\n")
@@ -138,3 +139,49 @@ async def test_a_value_refused_every_round_is_recorded_once(
     assert len(records.history) == 1
     await syncer.apply(plan, "operator")  # an operator's attempt is always recorded
     assert len(records.history) == 2
+
+
+async def test_topic_rounds_between_acl_rounds_do_not_apply_acls_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stand-in cluster for the whole round (topics, capabilities, ACLs): Tansu cannot
+    create ACLs, so a round that creates one cannot run against it."""
+    created: list[AclBinding] = []
+
+    async def create(_admin: object, bindings: Iterable[AclBinding],
+                     _timeout: float) -> dict[AclBinding, str | None]:
+        found = list(bindings)
+        created.extend(found)
+        return dict.fromkeys(found)
+
+    async def describe(admin: Cluster, _timeout: float) -> list[AclBinding]:
+        return admin.acls
+
+    async def probe(admin: Cluster, _timeout: float) -> Capabilities:
+        return Capabilities(admin.alias, dict.fromkeys(API_KEYS.values(), (0, 1)), True)
+
+    monkeypatch.setattr(flow_module, "create_acls", create)
+    monkeypatch.setattr(flow_module, "describe_acls", describe)
+    monkeypatch.setattr(flow_module, "probe", probe)
+    source = Cluster("a", [AclBinding("TOPIC", "t", "LITERAL", "User:x", "*", "READ",
+                                      "ALLOW")])
+    target = Cluster("b", [])
+    flow = parse_config(CONFIG).flows["a->b"]
+    records = Records()
+    syncer = FlowSync(flow, source=source, target=target,  # type: ignore[arg-type]
+                      records=records)  # type: ignore[arg-type]
+    await syncer.round(acls=True)
+    await syncer.round(acls=False)
+    assert created == [acl("a.t")]
+    assert [e.kind for e in records.history] == ["acl-add"]
+
+
+class Cluster:
+    def __init__(self, alias: str, acls: list[AclBinding]) -> None:
+        self.alias = alias
+        self.acls = acls
+
+    async def topic_partitions(self, _names: object = None) -> dict[str, int]:
+        return {}
+
+    async def topic_configs(self, _topics: object) -> dict[str, object]:
+        return {}

@@ -303,6 +303,8 @@ class FlowSync:
                                        "delete ACL (created by this flow, gone upstream)",
                                        error))
         await self.records.set_owned(owned)
+        # Applied: topic-only rounds until the next ACL round must not apply it again.
+        self._last_acl_plan = None
         return entries
 
     # -- one round ------------------------------------------------------------------
