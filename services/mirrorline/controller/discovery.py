@@ -80,7 +80,7 @@ class Discoveries:
         try:
             source = await self.admin(settings.source)
             target = await self.admin(settings.target)
-            discovery = TopicDiscovery(settings, make_policy(settings.policy, settings.source),
+            discovery = TopicDiscovery(settings, make_policy(settings.policy, settings.naming_source),
                                        source=source, target=target)
             flow.result = await discovery.refresh()
             flow.error = None

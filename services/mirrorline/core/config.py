@@ -12,7 +12,7 @@ Messages never contain secret values; use `redact` to print a configuration.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Final, Literal, TypeVar
 
 from mirrorline.core import _config_keys as keys
@@ -24,8 +24,10 @@ from mirrorline.core._config_keys import (
     MM2_DEFAULTS,
 )
 from mirrorline.core._config_layers import Layers, split_levels, unknown_key_warnings
+from mirrorline.core._config_providers import ProviderError, Providers, has_reference
 from mirrorline.core.errors import ConfigError
 from mirrorline.core.filters import compile_patterns, parse_list
+from mirrorline.core.policy import make_policy
 from mirrorline.core.properties import Property, duplicates, last_wins, parse_properties
 from mirrorline.core.settings import (
     ClientSettings,
@@ -43,6 +45,7 @@ __all__ = [
     "MIRRORLINE_KEYS",
     "MM2_DEFAULTS",
     "load_config",
+    "mask",
     "parse_config",
     "redact",
 ]
@@ -71,22 +74,30 @@ DIFFERENCES_FROM_MM2: Final[tuple[str, ...]] = (
     "offset-syncs.* key (MM2 then silently runs no source connector).",
     "security.protocol is checked wherever it appears (top level, cluster, client "
     "overrides), not only when a client is created.",
-    "Config providers (${provider:path:key}) are not supported and are rejected; MM2 "
-    "resolves them in worker and client configs.",
+    "Config providers: only Kafka's EnvVarConfigProvider, FileConfigProvider and "
+    "DirectoryConfigProvider exist, and they resolve every value of the file; a reference "
+    "that cannot be resolved (undeclared provider, unset variable, missing file or key) is "
+    "an error, where Kafka leaves the ${...} text in the value.",
+    "A value containing ' #' is reported on every start (Java properties have no inline "
+    "comments, so the comment is part of the value); the value itself is read as MM2 reads "
+    "it.",
     "Only the built-in replication policies and topic/group/config-property filters exist; "
     "any other replication.policy.class or *.filter.class is rejected (MM2 would load the "
     "Java class).",
     "The file is read as UTF-8 (a byte-order mark is skipped; ISO-8859-1 is used only when "
     "the bytes are not valid UTF-8); MM2 always reads ISO-8859-1.",
-    "Trust and key stores must be PEM (ssl.truststore.type / ssl.keystore.type = PEM, or "
-    "inline ssl.truststore.certificates / ssl.keystore.certificate.chain + "
-    "ssl.keystore.key); JKS and PKCS12 stores are rejected with a conversion hint.",
+    "Trust and key stores may be PEM or PKCS12; JKS stores are read only when the Python "
+    "package pyjks is installed, otherwise they are rejected with the keytool command that "
+    "converts them to PKCS12. Every cluster's stores are loaded and checked before any "
+    "service starts.",
     "SASL/OAUTHBEARER is not supported; PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 and GSSAPI are.",
 )
 
 _JAVA_TRIM: Final = "".join(chr(c) for c in range(0x21))  # what Java's String.trim() strips
 _PATTERN_KEYS: Final = ("topics", "topics.exclude", "groups", "groups.exclude",
-                        "config.properties.exclude")
+                        "config.properties.exclude", *keys.DEPRECATED_ALIASES)
+_NEW_TO_DEPRECATED: Final = {new: old for old, new in keys.DEPRECATED_ALIASES.items()}
+_IDENTITY: Final = "org.apache.kafka.connect.mirror.IdentityReplicationPolicy"
 _OFFSET_SYNCS_KEYS: Final = ("offset-syncs.", "offset-syncs-")
 _T = TypeVar("_T")
 
@@ -96,11 +107,22 @@ def redact(key: str, value: str) -> str:
     return "[hidden]" if keys.is_secret(key) else value
 
 
+def mask(key: str, value: str, secrets: frozenset[str] = frozenset()) -> str:
+    """`redact`, and also hide any value holding something a config provider resolved."""
+    if any(secret and secret in value for secret in secrets):
+        return "[hidden]"
+    return redact(key, value)
+
+
 class _Redacted(dict[str, str]):
     """A plain dict whose repr hides secret values: logging a settings object leaks nothing."""
 
+    def __init__(self, data: dict[str, str], secrets: frozenset[str] = frozenset()) -> None:
+        super().__init__(data)
+        self.secrets = secrets
+
     def __repr__(self) -> str:
-        return repr({key: redact(key, value) for key, value in self.items()})
+        return repr({key: mask(key, value, self.secrets) for key, value in self.items()})
 
 
 def load_config(path: str | os.PathLike[str]) -> MirrorSettings:
@@ -130,13 +152,43 @@ class _Loader:
     def __init__(self, entries: list[Property], source: str | None) -> None:
         self.source = source
         self.raw = last_wins(entries)
-        self.entries = [Property(p.key, p.value.strip(_JAVA_TRIM), p.line)
-                        for p in self.raw.values()]
         self.warnings: list[ConfigWarning] = [
             ConfigWarning(later.key, f"set more than once (lines {earlier.line} and "
                                      f"{later.line}); the last value wins", later.line)
             for earlier, later in duplicates(entries)
         ]
+        #: Keys whose value came from a config provider, and the resolved strings: secrets.
+        self.resolved: set[str] = set()
+        secrets: list[str] = []
+        self.entries = self._resolve([Property(p.key, p.value.strip(_JAVA_TRIM), p.line)
+                                      for p in self.raw.values()], secrets)
+        self.secrets = frozenset(s for s in secrets if s)
+
+    def _resolve(self, entries: list[Property], secrets: list[str]) -> list[Property]:
+        """Replace `${provider:path:key}` references (config providers, as Kafka does)."""
+        by_key = {e.key: e for e in entries}
+        try:
+            providers = Providers({e.key: e.value for e in entries
+                                   if keys.is_provider_key(e.key)})
+        except ProviderError as e:
+            entry = by_key.get(e.key or "config.providers")
+            raise self.error(entry, e.key or "config.providers", str(e)) from None
+        out = []
+        for entry in entries:
+            if keys.is_provider_key(entry.key) or not has_reference(entry.value):
+                out.append(entry)
+                continue
+            try:
+                value, found = providers.resolve(entry.value)
+            except ProviderError as e:
+                raise self.error(entry, entry.key, str(e)) from None
+            secrets.extend(found)
+            self.resolved.add(entry.key)
+            out.append(Property(entry.key, value.strip(_JAVA_TRIM), entry.line))
+        return out
+
+    def redacted(self, data: dict[str, str]) -> _Redacted:
+        return _Redacted(data, self.secrets)
 
     def error(self, entry: Property | None, key: str, message: str) -> ConfigError:
         line = entry.line if entry is not None else None
@@ -147,20 +199,22 @@ class _Loader:
         try:
             return reader(entry.value)
         except values.BadValue as e:
-            shown = values.shown(entry.key, entry.value)
-            raise self.error(entry, entry.key, f"invalid value {shown}: {e}") from None
+            shown = ("[hidden]" if entry.key in self.resolved
+                     else values.shown(entry.key, entry.value))
+            hint = (" (Java properties have no inline comments: the ' #...' is part of the "
+                    "value, and MM2 rejects it too)"
+                    if values.has_inline_comment(entry.value) else "")
+            raise self.error(entry, entry.key, f"invalid value {shown}: {e}{hint}") from None
 
     def load(self) -> MirrorSettings:
-        for entry in self.entries:
-            if values.has_provider_reference(entry.value):
-                raise self.error(entry, entry.key, "config providers (${provider:...}) are "
-                                 "not supported; write the value into the file")
         aliases, clusters_entry = self._aliases()
         layers = split_levels(self.entries, aliases, self.source)
         self._validate(layers)
+        self.warnings += self._inline_comment_warnings(layers)
         self.warnings += unknown_key_warnings(self.entries, layers, aliases)
+        self.warnings += self._idiom_warnings(layers)
         everywhere = layers.top.get("enabled")
-        if everywhere is not None and self.read(everywhere, values.parse_bool):
+        if everywhere is not None and self.read(everywhere, values.parse_enabled):
             self.warnings.append(ConfigWarning("enabled", (
                 "a top-level enabled=true enables every cluster pair whose heartbeats are on "
                 "(as in MM2); prefer <source>-><target>.enabled = true"), everywhere.line))
@@ -169,18 +223,86 @@ class _Loader:
         for source_alias in aliases:
             for target_alias in aliases:
                 if source_alias != target_alias:
-                    flow = _FlowBuilder(self, layers, source_alias, target_alias).build()
-                    self._check_aliases((flow.source, flow.target), flow.policy.separator,
-                                        clusters_entry)
+                    builder = _FlowBuilder(self, layers, source_alias, target_alias)
+                    flow = builder.build()
+                    self._check_aliases(
+                        ((flow.naming_source, builder.entry("source.cluster.alias")),
+                         (flow.naming_target, builder.entry("target.cluster.alias"))),
+                        flow.policy.separator, clusters_entry)
                     flows[flow.name] = flow
         if not flows:  # a single cluster: check against the top-level separator
             separator = layers.top.get("replication.policy.separator")
-            self._check_aliases(aliases, None if separator is None else separator.value,
+            self._check_aliases([(alias, None) for alias in aliases],
+                                None if separator is None else separator.value,
                                 clusters_entry)
+        self.warnings += self._separator_warnings(layers, flows)
         return MirrorSettings(source_path=self.source, clusters=clusters, flows=flows,
-                              warnings=tuple(self.warnings),
+                              warnings=tuple(_unique(self.warnings)),
                               raw=_Redacted({k: e.value for k, e in self.raw.items()}),
-                              deployment=self._deployment(layers))
+                              deployment=self._deployment(layers),
+                              secret_values=self.secrets)
+
+    def _inline_comment_warnings(self, layers: Layers) -> list[ConfigWarning]:
+        """Java properties have no inline comments; ` # ...` silently becomes value."""
+        switches = {"enabled"} | {store["enabled"].key for store in layers.flows.values()
+                                  if "enabled" in store}
+        out = []
+        for entry in sorted(self.raw.values(), key=lambda e: e.line):
+            if not values.has_inline_comment(entry.value):
+                continue
+            shown = values.shown(entry.key, entry.value.strip(_JAVA_TRIM))
+            if entry.key in switches:
+                effect = "MM2 reads this flag with Boolean.parseBoolean, so it is FALSE"
+            elif any(entry.key.endswith(k) for k in _PATTERN_KEYS):
+                effect = ("the ' #...' is part of the regular expression, so the pattern "
+                          "matches only names containing it")
+            else:
+                effect = "MM2 reads the whole text as the value (or rejects it)"
+            out.append(ConfigWarning(entry.key, (
+                f"INLINE COMMENT? the value {shown} contains ' #', but Java properties have "
+                f"no inline comments: {effect}; put comments on their own line"), entry.line))
+        return out
+
+    def _idiom_warnings(self, layers: Layers) -> list[ConfigWarning]:
+        """Deprecated aliases and keys Mirrorline reads but does not act on yet."""
+        out = []
+        for store in (layers.top, *layers.flows.values()):
+            for rest, entry in store.items():
+                new = keys.DEPRECATED_ALIASES.get(rest)
+                if new is not None:
+                    message = (f"deprecated (MM2 renamed it to {new}); it still works and "
+                               f"means the same -- rename it to {new}")
+                    if not entry.value:
+                        message += "; an empty value excludes nothing, as in MM2"
+                    shadow = store.get(new) or layers.top.get(new)
+                    if shadow is not None:
+                        message = (f"deprecated alias of {new}, and ignored: {new} is also set "
+                                   f"(line {shadow.line}) and wins, as in MM2")
+                    out.append(ConfigWarning(entry.key, message, entry.line))
+                why = keys.NOT_YET_ACTED_ON.get(rest)
+                if why is not None and rest in keys.FLOW_KEYS:
+                    out.append(ConfigWarning(entry.key, f"read and checked, but it has no "
+                                             f"effect yet: {why}", entry.line))
+        return out
+
+    def _separator_warnings(self, layers: Layers,
+                            flows: dict[str, FlowSettings]) -> list[ConfigWarning]:
+        """An empty separator is legal MM2 but turns off what keeps flows loop-free."""
+        out = []
+        for flow in flows.values():
+            entry = (layers.flow(flow.source, flow.target).get("replication.policy.separator")
+                     or layers.top.get("replication.policy.separator"))
+            if entry is None or entry.value or flow.policy.kind != "default":
+                continue
+            example = make_policy(flow.policy, flow.naming_source).format_remote_topic(
+                flow.naming_source, "orders")
+            out.append(ConfigWarning(entry.key, (
+                "is empty: remote topics are named <source alias><topic> with nothing in "
+                f"between (as in MM2; {flow.name} copies orders to {example}). A name can then "
+                "no longer tell which cluster it came from, so replication loops (A->B->A) "
+                "are no longer prevented; to keep topic names unchanged use "
+                f"replication.policy.class = {_IDENTITY} instead"), entry.line))
+        return out
 
     def _deployment(self, layers: Layers) -> str | None:
         entry = layers.top.get("mirrorline.deployment")
@@ -250,16 +372,18 @@ class _Loader:
                 f"{alias}.bootstrap.servers", f"not set; cluster {alias!r} uses the top-level "
                 "bootstrap.servers (the same brokers as every other cluster without its own)",
                 layers.top["bootstrap.servers"].line))
-        return ClusterSettings(alias, bootstrap, _Redacted(connection))
+        return ClusterSettings(alias, bootstrap, self.redacted(connection))
 
-    def _check_aliases(self, aliases: tuple[str, ...], separator: str | None,
-                       clusters_entry: Property) -> None:
-        """Aliases must not contain the separator: `us.west.orders` reads back as from `us`."""
-        separator = separator or "."
-        for alias in aliases:
-            if separator in alias:
+    def _check_aliases(self, aliases: Iterable[tuple[str, Property | None]],
+                       separator: str | None, clusters_entry: Property) -> None:
+        """Aliases must not contain the separator: `us.west.orders` reads back as from `us`.
+        (An empty separator is in every alias; its own warning covers what it breaks.)"""
+        separator = "." if separator is None else separator
+        for alias, own in aliases:
+            if separator and separator in alias:
                 origin = alias.split(separator, 1)[0]
-                raise self.error(clusters_entry, "clusters", (
+                where = own or clusters_entry
+                raise self.error(where, where.key, (
                     f"cluster alias {alias!r} contains the replication policy separator "
                     f"{separator!r} (replication.policy.separator); a remote topic "
                     f"{alias + separator}orders would read back as coming from {origin!r}"))
@@ -306,8 +430,18 @@ class _FlowBuilder:
         return self.get(key, values.parse_replication_factor)
 
     def patterns(self, key: str) -> tuple[str, ...]:
+        """A pattern list; an exclude list falls back to its deprecated `*.blacklist` alias
+        when the new key is set nowhere for the flow (MM2's translateDeprecatedConfigs)."""
         entry = self.entry(key)
+        if entry is None and key in _NEW_TO_DEPRECATED:
+            entry = self.entry(_NEW_TO_DEPRECATED[key])
         return parse_list(DEFAULTS[key]) if entry is None else self.loader.patterns(entry)
+
+    def naming_alias(self, key: str) -> str | None:
+        """`source.cluster.alias` / `target.cluster.alias` if the file sets it (MM2 fills
+        in the flow's own alias only when the key is absent; empty counts as set)."""
+        entry = self.entry(key)
+        return None if entry is None else self.loader.read(entry, values.parse_naming_alias)
 
     def policy(self) -> PolicySettings:
         separator_entry = self.entry("replication.policy.separator")
@@ -324,9 +458,9 @@ class _FlowBuilder:
         pairs that have a herder at all, i.e. whose heartbeats are on (spec §7.2)."""
         own = self.flow.get("enabled")
         if own is not None:
-            return self.loader.read(own, values.parse_bool)
+            return self.loader.read(own, values.parse_enabled)
         top = self.layers.top.get("enabled")
-        if top is None or not self.loader.read(top, values.parse_bool):
+        if top is None or not self.loader.read(top, values.parse_enabled):
             return False
         return self.flag("emit.heartbeats.enabled")
 
@@ -375,9 +509,11 @@ class _FlowBuilder:
             offset_flush_interval_ms=self.worker("offset.flush.interval.ms",
                                                  values.parse_non_negative),
             clients=self.clients(),
-            properties=_Redacted({**{k: e.value for k, e in self.layers.top.items()},
+            properties=self.loader.redacted({**{k: e.value for k, e in self.layers.top.items()},
                                   **{k: e.value for k, e in self.flow.items()}}),
             admin_timeout_ms=self.get("admin.timeout.ms", values.parse_non_negative),
+            source_cluster_alias=self.naming_alias("source.cluster.alias"),
+            target_cluster_alias=self.naming_alias("target.cluster.alias"),
         )
         if flow.enabled:
             self._check_enabled(flow)
@@ -407,7 +543,7 @@ class _FlowBuilder:
         """Client configs with the precedence of spec §7.3 (see `DIFFERENCES_FROM_MM2`)."""
         def client(alias: str, role: str) -> dict[str, str]:
             prefix = role + "."
-            config = _Redacted(cluster_connection(self.layers, alias))
+            config = self.loader.redacted(cluster_connection(self.layers, alias))
             for store, only_clients in ((self.layers.top, True), (self.flow, True),
                                         (self.layers.cluster(alias), False)):
                 config.update({k[len(prefix):]: e.value for k, e in store.items()
@@ -428,3 +564,9 @@ class _FlowBuilder:
             target_producer=target_producer,
             target_admin=client(self.target, "admin"),
         )
+
+
+def _unique(warnings: list[ConfigWarning]) -> list[ConfigWarning]:
+    """Each warning once (a key filed at two levels may be judged twice), in file order."""
+    return sorted(dict.fromkeys(warnings),
+                  key=lambda w: (w.line is None, w.line if w.line is not None else 0))
