@@ -157,8 +157,11 @@ class FlowCheckpointer:
         refreshed = float("-inf")
         while True:
             try:
-                if (time.monotonic() - refreshed >= self.flow.refresh_groups_interval_s
-                        or not self.groups):
+                # refresh.groups.enabled = false: groups are found once, at start (as MM2's
+                # checkpoint connector loads them once and schedules no refresh).
+                if refreshed == float("-inf") or (self.flow.refresh_groups_enabled and (
+                        time.monotonic() - refreshed >= self.flow.refresh_groups_interval_s
+                        or not self.groups)):
                     await self.refresh_groups()
                     refreshed = time.monotonic()
                 if self.translator.ready:
