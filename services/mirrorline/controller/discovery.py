@@ -85,8 +85,8 @@ class Discoveries:
         try:
             source = await self.admin(settings.source)
             target = await self.admin(settings.target)
-            discovery = TopicDiscovery(settings, make_policy(settings.policy, settings.naming_source),
-                                       source=source, target=target)
+            policy = make_policy(settings.policy, settings.naming_source)
+            discovery = TopicDiscovery(settings, policy, source=source, target=target)
             flow.result = await discovery.refresh()
             flow.error = None
             flow.partitions = {

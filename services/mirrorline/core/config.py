@@ -240,7 +240,8 @@ class _Loader:
                               warnings=tuple(_unique(self.warnings)),
                               raw=_Redacted({k: e.value for k, e in self.raw.items()}),
                               deployment=self._deployment(layers),
-                              secret_values=self.secrets)
+                              secret_values=self.secrets,
+                              lines={k: e.line for k, e in self.raw.items()})
 
     def _inline_comment_warnings(self, layers: Layers) -> list[ConfigWarning]:
         """Java properties have no inline comments; ` # ...` silently becomes value."""
@@ -289,11 +290,14 @@ class _Loader:
                             flows: dict[str, FlowSettings]) -> list[ConfigWarning]:
         """An empty separator is legal MM2 but turns off what keeps flows loop-free."""
         out = []
-        for flow in flows.values():
+        seen: set[int] = set()
+        for flow in sorted(flows.values(), key=lambda f: not f.enabled):
             entry = (layers.flow(flow.source, flow.target).get("replication.policy.separator")
                      or layers.top.get("replication.policy.separator"))
-            if entry is None or entry.value or flow.policy.kind != "default":
+            if (entry is None or entry.value or flow.policy.kind != "default"
+                    or entry.line in seen):
                 continue
+            seen.add(entry.line)
             example = make_policy(flow.policy, flow.naming_source).format_remote_topic(
                 flow.naming_source, "orders")
             out.append(ConfigWarning(entry.key, (

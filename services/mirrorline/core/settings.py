@@ -145,6 +145,8 @@ class MirrorSettings:
     deployment: str | None = None
     #: Every value a config provider resolved: secrets, hidden wherever a value is shown.
     secret_values: frozenset[str] = field(default=frozenset(), repr=False)
+    #: The line each key of `raw` was (last) set on, for messages found after loading.
+    lines: Mapping[str, int] = field(default_factory=dict, repr=False)
 
     def enabled_flows(self, targets: tuple[str, ...] | None = None) -> list[FlowSettings]:
         """Enabled flows, optionally only those whose target is in `targets` (like `--clusters`)."""
