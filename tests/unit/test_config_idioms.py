@@ -370,3 +370,23 @@ def test_services_started_by_run_do_not_repeat_warnings(
     monkeypatch.setenv(VALIDATED_ENV, os.path.abspath(path))
     assert load_settings(str(path)) is not None
     assert capsys.readouterr().err == ""
+
+
+def test_client_settings_without_effect_are_reported_once_by_the_check(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A Java client setting aiokafka has no equivalent for is named (as written, with its
+    line) by the check `run` makes, and the clients built afterwards do not log it again --
+    so it is not repeated by every service."""
+    import logging
+
+    from mirrorline.kafka.clients import build, producer_kwargs
+
+    path = write(tmp_path, "a->b.enabled = true\nb.producer.buffer.memory = 1000\n")
+    assert load_settings(str(path)) is not None
+    err = capsys.readouterr().err
+    assert f"line {BASE_LINES + 2}: b.producer.buffer.memory: a client setting with no " \
+           "effect" in err
+    with caplog.at_level(logging.WARNING):
+        build(producer_kwargs, {"bootstrap.servers": "b1:9092", "buffer.memory": "1000"}, "x")
+    assert "buffer.memory" not in caplog.text

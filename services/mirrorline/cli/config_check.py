@@ -39,21 +39,22 @@ def _check(args: argparse.Namespace) -> int:
 
     try:
         settings = load_config(args.file)
-        check_clients(settings)
+        client_warnings = check_clients(settings)
     except ConfigError as exc:
         print(f"mirrorline: configuration error: {exc}", file=sys.stderr)
         return 2
-    print_summary(settings, sys.stdout)
-    for warning in settings.warnings:
+    warnings = (*settings.warnings, *client_warnings)
+    print_summary(settings, sys.stdout, warnings=len(warnings))
+    for warning in warnings:
         print(f"mirrorline: warning: {args.file}: {warning}", file=sys.stderr)
     return 0
 
 
-def print_summary(settings: MirrorSettings, out: TextIO) -> None:
+def print_summary(settings: MirrorSettings, out: TextIO, *, warnings: int) -> None:
     secrets = settings.secret_values
     enabled = settings.enabled_flows()
     print(f"{settings.source_path}: OK ({len(enabled)} enabled flow(s), "
-          f"{len(settings.warnings)} warning(s))", file=out)
+          f"{warnings} warning(s))", file=out)
     print("clusters:", file=out)
     for alias, cluster in settings.clusters.items():
         print(f"  {alias}:", file=out)

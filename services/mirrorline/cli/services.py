@@ -33,12 +33,12 @@ def load_settings(path: str) -> MirrorSettings | None:
 
     try:
         settings = load_config(path)
-        check_clients(settings)
+        client_warnings = check_clients(settings)
     except ConfigError as exc:
         print(f"mirrorline: configuration error: {exc}", file=sys.stderr)
         return None
     if os.environ.get(VALIDATED_ENV) != os.path.abspath(path):
-        for warning in settings.warnings:
+        for warning in (*settings.warnings, *client_warnings):
             print(f"mirrorline: warning: {path}: {warning}", file=sys.stderr)
     return settings
 

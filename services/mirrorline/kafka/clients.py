@@ -24,7 +24,7 @@ import os
 import re
 import ssl
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 from aiokafka.codec import has_gzip, has_lz4, has_snappy, has_zstd
@@ -33,7 +33,8 @@ from mirrorline.core.errors import ConfigError
 from mirrorline.kafka import tls
 from mirrorline.kafka._jaas import LoginModule, parse_jaas
 
-__all__ = ["ClientKwargs", "admin_kwargs", "consumer_kwargs", "producer_kwargs"]
+__all__ = ["ClientKwargs", "admin_kwargs", "consumer_kwargs", "mark_reported",
+           "producer_kwargs"]
 
 #: (aiokafka keyword arguments, Java keys that have no aiokafka equivalent and were ignored).
 log = logging.getLogger(__name__)
@@ -55,6 +56,12 @@ _Reader = Callable[["_Config", str], Any]
 
 
 _warned: set[str] = set()
+
+
+def mark_reported(keys: Iterable[str]) -> None:
+    """These ignored settings were already reported (by the configuration check), so
+    `build` does not log them again."""
+    _warned.update(keys)
 
 
 def build(translate: Callable[[Mapping[str, str]], ClientKwargs], cfg: Mapping[str, str],
