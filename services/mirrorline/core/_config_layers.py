@@ -164,3 +164,11 @@ def _never_mm2(key: str) -> str:
     include = keys.NEVER_MM2_KEYS[key]
     return (f"{key} was never an MM2 key (MM2's include list has always been {include}); "
             f"MM2 ignores it and so does Mirrorline -- write {include} instead")
+
+
+def cluster_connection(layers: Layers, alias: str) -> dict[str, str]:
+    """Connection keys of one cluster: top-level values overlaid by `<alias>.` values."""
+    connection = {k: e.value for k, e in layers.top.items() if keys.is_connection_key(k)}
+    connection.update({k: e.value for k, e in layers.cluster(alias).items()
+                       if keys.is_connection_key(k)})
+    return connection

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from mirrorline.core.properties import last_wins, parse_properties
+
 __all__ = ["PROVIDER_CLASSES", "ProviderError", "Providers", "has_reference"]
 
 _PACKAGE: Final = "org.apache.kafka.common.config.provider."
@@ -140,8 +142,6 @@ def _allowed(provider: _Provider, path: str) -> None:
 def _file(provider: _Provider, path: str, key: str, environ: Mapping[str, str]) -> str:
     """FileConfigProvider: `${file:/path/to/file.properties:key}` -- a key of a properties
     file, read with Java properties syntax."""
-    from mirrorline.core.properties import last_wins, parse_properties
-
     if not path:
         raise ProviderError(f"${{{provider.name}::{key}}}: the file provider needs a path, "
                             f"e.g. ${{{provider.name}:/etc/mm2/secrets.properties:{key}}}")

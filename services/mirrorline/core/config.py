@@ -13,29 +13,39 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable
-from typing import Final, Literal, TypeVar
+from typing import Final, TypeVar
 
 from mirrorline.core import _config_keys as keys
 from mirrorline.core import _config_values as values
+from mirrorline.core._config_flow import FlowBuilder
 from mirrorline.core._config_keys import (
     DEFAULTS,
     MIRRORLINE_DEFAULT_OVERRIDES,
     MIRRORLINE_KEYS,
     MM2_DEFAULTS,
 )
-from mirrorline.core._config_layers import Layers, split_levels, unknown_key_warnings
+from mirrorline.core._config_layers import (
+    Layers,
+    cluster_connection,
+    split_levels,
+    unknown_key_warnings,
+)
 from mirrorline.core._config_providers import ProviderError, Providers, has_reference
+from mirrorline.core._config_warnings import (
+    JAVA_TRIM,
+    PATTERN_KEYS,
+    idiom_warnings,
+    inline_comment_warnings,
+    separator_warnings,
+)
 from mirrorline.core.errors import ConfigError
 from mirrorline.core.filters import compile_patterns, parse_list
-from mirrorline.core.policy import make_policy
 from mirrorline.core.properties import Property, duplicates, last_wins, parse_properties
 from mirrorline.core.settings import (
-    ClientSettings,
     ClusterSettings,
     ConfigWarning,
     FlowSettings,
     MirrorSettings,
-    PolicySettings,
 )
 
 __all__ = [
@@ -93,12 +103,6 @@ DIFFERENCES_FROM_MM2: Final[tuple[str, ...]] = (
     "SASL/OAUTHBEARER is not supported; PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 and GSSAPI are.",
 )
 
-_JAVA_TRIM: Final = "".join(chr(c) for c in range(0x21))  # what Java's String.trim() strips
-_PATTERN_KEYS: Final = ("topics", "topics.exclude", "groups", "groups.exclude",
-                        "config.properties.exclude", *keys.DEPRECATED_ALIASES)
-_NEW_TO_DEPRECATED: Final = {new: old for old, new in keys.DEPRECATED_ALIASES.items()}
-_IDENTITY: Final = "org.apache.kafka.connect.mirror.IdentityReplicationPolicy"
-_OFFSET_SYNCS_KEYS: Final = ("offset-syncs.", "offset-syncs-")
 _T = TypeVar("_T")
 
 
@@ -160,7 +164,7 @@ class _Loader:
         #: Keys whose value came from a config provider, and the resolved strings: secrets.
         self.resolved: set[str] = set()
         secrets: list[str] = []
-        self.entries = self._resolve([Property(p.key, p.value.strip(_JAVA_TRIM), p.line)
+        self.entries = self._resolve([Property(p.key, p.value.strip(JAVA_TRIM), p.line)
                                       for p in self.raw.values()], secrets)
         self.secrets = frozenset(s for s in secrets if s)
 
@@ -184,7 +188,7 @@ class _Loader:
                 raise self.error(entry, entry.key, str(e)) from None
             secrets.extend(found)
             self.resolved.add(entry.key)
-            out.append(Property(entry.key, value.strip(_JAVA_TRIM), entry.line))
+            out.append(Property(entry.key, value.strip(JAVA_TRIM), entry.line))
         return out
 
     def redacted(self, data: dict[str, str]) -> _Redacted:
@@ -210,9 +214,9 @@ class _Loader:
         aliases, clusters_entry = self._aliases()
         layers = split_levels(self.entries, aliases, self.source)
         self._validate(layers)
-        self.warnings += self._inline_comment_warnings(layers)
+        self.warnings += inline_comment_warnings(self.raw, layers)
         self.warnings += unknown_key_warnings(self.entries, layers, aliases)
-        self.warnings += self._idiom_warnings(layers)
+        self.warnings += idiom_warnings(layers)
         everywhere = layers.top.get("enabled")
         if everywhere is not None and self.read(everywhere, values.parse_enabled):
             self.warnings.append(ConfigWarning("enabled", (
@@ -223,7 +227,7 @@ class _Loader:
         for source_alias in aliases:
             for target_alias in aliases:
                 if source_alias != target_alias:
-                    builder = _FlowBuilder(self, layers, source_alias, target_alias)
+                    builder = FlowBuilder(self, layers, source_alias, target_alias)
                     flow = builder.build()
                     self._check_aliases(
                         ((flow.naming_source, builder.entry("source.cluster.alias")),
@@ -235,78 +239,13 @@ class _Loader:
             self._check_aliases([(alias, None) for alias in aliases],
                                 None if separator is None else separator.value,
                                 clusters_entry)
-        self.warnings += self._separator_warnings(layers, flows)
+        self.warnings += separator_warnings(layers, flows)
         return MirrorSettings(source_path=self.source, clusters=clusters, flows=flows,
                               warnings=tuple(_unique(self.warnings)),
                               raw=_Redacted({k: e.value for k, e in self.raw.items()}),
                               deployment=self._deployment(layers),
                               secret_values=self.secrets,
                               lines={k: e.line for k, e in self.raw.items()})
-
-    def _inline_comment_warnings(self, layers: Layers) -> list[ConfigWarning]:
-        """Java properties have no inline comments; ` # ...` silently becomes value."""
-        switches = {"enabled"} | {store["enabled"].key for store in layers.flows.values()
-                                  if "enabled" in store}
-        out = []
-        for entry in sorted(self.raw.values(), key=lambda e: e.line):
-            if not values.has_inline_comment(entry.value):
-                continue
-            shown = values.shown(entry.key, entry.value.strip(_JAVA_TRIM))
-            if entry.key in switches:
-                effect = "MM2 reads this flag with Boolean.parseBoolean, so it is FALSE"
-            elif any(entry.key.endswith(k) for k in _PATTERN_KEYS):
-                effect = ("the ' #...' is part of the regular expression, so the pattern "
-                          "matches only names containing it")
-            else:
-                effect = "MM2 reads the whole text as the value (or rejects it)"
-            out.append(ConfigWarning(entry.key, (
-                f"INLINE COMMENT? the value {shown} contains ' #', but Java properties have "
-                f"no inline comments: {effect}; put comments on their own line"), entry.line))
-        return out
-
-    def _idiom_warnings(self, layers: Layers) -> list[ConfigWarning]:
-        """Deprecated aliases and keys Mirrorline reads but does not act on yet."""
-        out = []
-        for store in (layers.top, *layers.flows.values()):
-            for rest, entry in store.items():
-                new = keys.DEPRECATED_ALIASES.get(rest)
-                if new is not None:
-                    message = (f"deprecated (MM2 renamed it to {new}); it still works and "
-                               f"means the same -- rename it to {new}")
-                    if not entry.value:
-                        message += "; an empty value excludes nothing, as in MM2"
-                    shadow = store.get(new) or layers.top.get(new)
-                    if shadow is not None:
-                        message = (f"deprecated alias of {new}, and ignored: {new} is also set "
-                                   f"(line {shadow.line}) and wins, as in MM2")
-                    out.append(ConfigWarning(entry.key, message, entry.line))
-                why = keys.NOT_YET_ACTED_ON.get(rest)
-                if why is not None and rest in keys.FLOW_KEYS:
-                    out.append(ConfigWarning(entry.key, f"read and checked, but it has no "
-                                             f"effect yet: {why}", entry.line))
-        return out
-
-    def _separator_warnings(self, layers: Layers,
-                            flows: dict[str, FlowSettings]) -> list[ConfigWarning]:
-        """An empty separator is legal MM2 but turns off what keeps flows loop-free."""
-        out = []
-        seen: set[int] = set()
-        for flow in sorted(flows.values(), key=lambda f: not f.enabled):
-            entry = (layers.flow(flow.source, flow.target).get("replication.policy.separator")
-                     or layers.top.get("replication.policy.separator"))
-            if (entry is None or entry.value or flow.policy.kind != "default"
-                    or entry.line in seen):
-                continue
-            seen.add(entry.line)
-            example = make_policy(flow.policy, flow.naming_source).format_remote_topic(
-                flow.naming_source, "orders")
-            out.append(ConfigWarning(entry.key, (
-                "is empty: remote topics are named <source alias><topic> with nothing in "
-                f"between (as in MM2; {flow.name} copies orders to {example}). A name can then "
-                "no longer tell which cluster it came from, so replication loops (A->B->A) "
-                "are no longer prevented; to keep topic names unchanged use "
-                f"replication.policy.class = {_IDENTITY} instead"), entry.line))
-        return out
 
     def _deployment(self, layers: Layers) -> str | None:
         entry = layers.top.get("mirrorline.deployment")
@@ -343,7 +282,7 @@ class _Loader:
                 reader = values.reader_for(rest)
                 if reader is not None:
                     self.read(entry, reader)
-                if rest in _PATTERN_KEYS:
+                if rest in PATTERN_KEYS:
                     self.patterns(entry)
         for cluster_store in layers.clusters.values():
             for rest, entry in cluster_store.items():
@@ -391,183 +330,6 @@ class _Loader:
                     f"cluster alias {alias!r} contains the replication policy separator "
                     f"{separator!r} (replication.policy.separator); a remote topic "
                     f"{alias + separator}orders would read back as coming from {origin!r}"))
-
-
-def cluster_connection(layers: Layers, alias: str) -> dict[str, str]:
-    """Connection keys of one cluster: top-level values overlaid by `<alias>.` values."""
-    connection = {k: e.value for k, e in layers.top.items() if keys.is_connection_key(k)}
-    connection.update({k: e.value for k, e in layers.cluster(alias).items()
-                       if keys.is_connection_key(k)})
-    return connection
-
-
-class _FlowBuilder:
-    """Resolves one ordered pair `source->target`: flow level, then top level, then default."""
-
-    def __init__(self, loader: _Loader, layers: Layers, source: str, target: str) -> None:
-        self.loader = loader
-        self.layers = layers
-        self.source = source
-        self.target = target
-        self.flow = layers.flow(source, target)
-
-    def entry(self, key: str) -> Property | None:
-        return self.flow.get(key) or self.layers.top.get(key)
-
-    def get(self, key: str, reader: Callable[[str], _T]) -> _T:
-        entry = self.entry(key)
-        return reader(DEFAULTS[key]) if entry is None else self.loader.read(entry, reader)
-
-    def worker(self, key: str, reader: Callable[[str], _T]) -> _T:
-        """Connect-worker keys: flow, then target cluster, then top level, then default."""
-        entry = (self.flow.get(key) or self.layers.cluster(self.target).get(key)
-                 or self.layers.top.get(key))
-        return reader(DEFAULTS[key]) if entry is None else self.loader.read(entry, reader)
-
-    def flag(self, key: str) -> bool:
-        return self.get(key, values.parse_bool)
-
-    def seconds(self, key: str) -> float:
-        return float(self.get(key, values.parse_non_negative))
-
-    def factor(self, key: str) -> int:
-        return self.get(key, values.parse_replication_factor)
-
-    def patterns(self, key: str) -> tuple[str, ...]:
-        """A pattern list; an exclude list falls back to its deprecated `*.blacklist` alias
-        when the new key is set nowhere for the flow (MM2's translateDeprecatedConfigs)."""
-        entry = self.entry(key)
-        if entry is None and key in _NEW_TO_DEPRECATED:
-            entry = self.entry(_NEW_TO_DEPRECATED[key])
-        return parse_list(DEFAULTS[key]) if entry is None else self.loader.patterns(entry)
-
-    def naming_alias(self, key: str) -> str | None:
-        """`source.cluster.alias` / `target.cluster.alias` if the file sets it (MM2 fills
-        in the flow's own alias only when the key is absent; empty counts as set)."""
-        entry = self.entry(key)
-        return None if entry is None else self.loader.read(entry, values.parse_naming_alias)
-
-    def policy(self) -> PolicySettings:
-        separator_entry = self.entry("replication.policy.separator")
-        return PolicySettings(
-            kind=self.get("replication.policy.class", values.parse_policy_class),
-            separator=(None if separator_entry is None
-                       else self.loader.read(separator_entry, values.parse_separator)),
-            internal_topic_separator_enabled=self.flag(
-                "replication.policy.internal.topic.separator.enabled"),
-        )
-
-    def enabled(self) -> bool:
-        """MM2: `s->t.enabled` decides; otherwise a top-level `enabled` counts, but only for
-        pairs that have a herder at all, i.e. whose heartbeats are on (spec §7.2)."""
-        own = self.flow.get("enabled")
-        if own is not None:
-            return self.loader.read(own, values.parse_enabled)
-        top = self.layers.top.get("enabled")
-        if top is None or not self.loader.read(top, values.parse_enabled):
-            return False
-        return self.flag("emit.heartbeats.enabled")
-
-    def build(self) -> FlowSettings:
-        location: Literal["source", "target"] = (
-            "source" if self.get("offset-syncs.topic.location", values.parse_location)
-            == "source" else "target")
-        use_defaults_from: Literal["source", "target"] = (
-            "source" if self.get("use.defaults.from", values.parse_use_defaults_from)
-            == "source" else "target")
-        flow = FlowSettings(
-            source=self.source, target=self.target, enabled=self.enabled(),
-            topics=self.patterns("topics"), topics_exclude=self.patterns("topics.exclude"),
-            groups=self.patterns("groups"), groups_exclude=self.patterns("groups.exclude"),
-            config_properties_exclude=self.patterns("config.properties.exclude"),
-            use_defaults_from=use_defaults_from, policy=self.policy(),
-            replication_factor=self.factor("replication.factor"),
-            refresh_topics_enabled=self.flag("refresh.topics.enabled"),
-            refresh_topics_interval_s=self.seconds("refresh.topics.interval.seconds"),
-            refresh_groups_enabled=self.flag("refresh.groups.enabled"),
-            refresh_groups_interval_s=self.seconds("refresh.groups.interval.seconds"),
-            sync_topic_configs_enabled=self.flag("sync.topic.configs.enabled"),
-            sync_topic_configs_interval_s=self.seconds("sync.topic.configs.interval.seconds"),
-            sync_topic_acls_enabled=self.flag("sync.topic.acls.enabled"),
-            sync_topic_acls_interval_s=self.seconds("sync.topic.acls.interval.seconds"),
-            emit_offset_syncs_enabled=self.flag("emit.offset-syncs.enabled"),
-            offset_syncs_topic_location=location,
-            offset_syncs_topic_replication_factor=self.factor(
-                "offset-syncs.topic.replication.factor"),
-            offset_lag_max=self.get("offset.lag.max", values.parse_non_negative),
-            heartbeats_replication_enabled=self.flag("heartbeats.replication.enabled"),
-            emit_heartbeats_enabled=self.flag("emit.heartbeats.enabled"),
-            emit_heartbeats_interval_s=self.seconds("emit.heartbeats.interval.seconds"),
-            heartbeats_topic_replication_factor=self.factor(
-                "heartbeats.topic.replication.factor"),
-            emit_checkpoints_enabled=self.flag("emit.checkpoints.enabled"),
-            emit_checkpoints_interval_s=self.seconds("emit.checkpoints.interval.seconds"),
-            checkpoints_topic_replication_factor=self.factor(
-                "checkpoints.topic.replication.factor"),
-            sync_group_offsets_enabled=self.flag("sync.group.offsets.enabled"),
-            sync_group_offsets_interval_s=self.seconds("sync.group.offsets.interval.seconds"),
-            consumer_poll_timeout_ms=self.get("consumer.poll.timeout.ms",
-                                              values.parse_non_negative),
-            offset_storage_replication_factor=self.worker("offset.storage.replication.factor",
-                                                          values.parse_replication_factor),
-            offset_flush_interval_ms=self.worker("offset.flush.interval.ms",
-                                                 values.parse_non_negative),
-            clients=self.clients(),
-            properties=self.loader.redacted({**{k: e.value for k, e in self.layers.top.items()},
-                                  **{k: e.value for k, e in self.flow.items()}}),
-            admin_timeout_ms=self.get("admin.timeout.ms", values.parse_non_negative),
-            source_cluster_alias=self.naming_alias("source.cluster.alias"),
-            target_cluster_alias=self.naming_alias("target.cluster.alias"),
-        )
-        if flow.enabled:
-            self._check_enabled(flow)
-        return flow
-
-    def _check_enabled(self, flow: FlowSettings) -> None:
-        """Rules MM2 applies when it validates the connectors of an enabled flow."""
-        if flow.emit_offset_syncs_enabled:
-            return
-        switch = self.entry("emit.offset-syncs.enabled")
-        assert switch is not None  # the default is true
-        conflicting = [e for k, e in self.flow.items() if k.startswith(_OFFSET_SYNCS_KEYS)]
-        conflicting += [e for k, e in self.layers.top.items()
-                        if k.startswith(_OFFSET_SYNCS_KEYS) and k in keys.FLOW_KEYS]
-        if conflicting:
-            other = conflicting[0]
-            raise self.loader.error(switch, switch.key, (
-                f"is false for {flow.name}, but {other.key} (line {other.line}) configures the "
-                "offset-syncs topic; MM2 rejects the source connector of such a flow -- remove "
-                f"{other.key} or enable offset syncs"))
-        if flow.emit_checkpoints_enabled or flow.sync_group_offsets_enabled:
-            self.loader.warnings.append(ConfigWarning(switch.key, (
-                f"{flow.name} emits no offset syncs, so it emits no checkpoints and syncs no "
-                "group offsets (MM2 rejects its checkpoint connector)"), switch.line))
-
-    def clients(self) -> ClientSettings:
-        """Client configs with the precedence of spec §7.3 (see `DIFFERENCES_FROM_MM2`)."""
-        def client(alias: str, role: str) -> dict[str, str]:
-            prefix = role + "."
-            config = self.loader.redacted(cluster_connection(self.layers, alias))
-            for store, only_clients in ((self.layers.top, True), (self.flow, True),
-                                        (self.layers.cluster(alias), False)):
-                config.update({k[len(prefix):]: e.value for k, e in store.items()
-                               if k.startswith(prefix)
-                               and (keys.is_client_key(k) or not only_clients)})
-            return config
-
-        source_consumer = client(self.source, "consumer")
-        source_consumer["enable.auto.commit"] = "false"
-        source_consumer.setdefault("auto.offset.reset", "earliest")
-        target_producer = client(self.target, "producer")
-        target_producer.setdefault("acks", "all")
-        return ClientSettings(
-            source_consumer=source_consumer,
-            source_producer=client(self.source, "producer"),
-            source_admin=client(self.source, "admin"),
-            target_consumer=client(self.target, "consumer"),
-            target_producer=target_producer,
-            target_admin=client(self.target, "admin"),
-        )
 
 
 def _unique(warnings: list[ConfigWarning]) -> list[ConfigWarning]:
