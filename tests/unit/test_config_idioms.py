@@ -390,3 +390,14 @@ def test_client_settings_without_effect_are_reported_once_by_the_check(
     with caplog.at_level(logging.WARNING):
         build(producer_kwargs, {"bootstrap.servers": "b1:9092", "buffer.memory": "1000"}, "x")
     assert "buffer.memory" not in caplog.text
+
+
+def test_config_check_hides_filters_that_came_from_a_provider(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Every resolved value is treated as a secret, even a topic list."""
+    (tmp_path / "t.properties").write_text("topics = classified-.*\n")
+    path = write(tmp_path, PROVIDERS + f"a->b.enabled = true\n"
+                                       f"a->b.topics = ${{file:{tmp_path}/t.properties:topics}}\n")
+    assert main(["config", "check", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "topics: [hidden]" in out and "classified" not in out

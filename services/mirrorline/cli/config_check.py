@@ -70,10 +70,9 @@ def _print_flow(flow: FlowSettings, secrets: frozenset[str], out: TextIO) -> Non
     policy = make_policy(flow.policy, flow.naming_source)
     separator = flow.policy.separator
     print(f"  {flow.name}:", file=out)
-    print(f"    topics: {_patterns(flow.topics)}", file=out)
-    print(f"    topics.exclude: {_patterns(flow.topics_exclude)}", file=out)
-    print(f"    groups: {_patterns(flow.groups)}", file=out)
-    print(f"    groups.exclude: {_patterns(flow.groups_exclude)}", file=out)
+    for key, items in (("topics", flow.topics), ("topics.exclude", flow.topics_exclude),
+                       ("groups", flow.groups), ("groups.exclude", flow.groups_exclude)):
+        print(f"    {key}: {mask(key, _patterns(items), secrets)}", file=out)
     print(f"    naming: {type(policy).__name__}, separator "
           f"{'.' if separator is None else separator!r}"
           + (f", source.cluster.alias {flow.source_cluster_alias!r}"

@@ -96,10 +96,9 @@ DIFFERENCES_FROM_MM2: Final[tuple[str, ...]] = (
     "Java class).",
     "The file is read as UTF-8 (a byte-order mark is skipped; ISO-8859-1 is used only when "
     "the bytes are not valid UTF-8); MM2 always reads ISO-8859-1.",
-    "Trust and key stores may be PEM or PKCS12; JKS stores are read only when the Python "
-    "package pyjks is installed, otherwise they are rejected with the keytool command that "
-    "converts them to PKCS12. Every cluster's stores are loaded and checked before any "
-    "service starts.",
+    "Trust and key stores may be PEM or PKCS12; JKS stores are rejected with the keytool "
+    "command that converts them to PKCS12. Every cluster's stores are loaded and checked "
+    "before any service starts.",
     "SASL/OAUTHBEARER is not supported; PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 and GSSAPI are.",
 )
 
