@@ -100,6 +100,11 @@ class ControllerService:
         if self.is_leader:
             return self.state.epoch
         state = self.state
+        if self._election is not None and self._election.is_leader:
+            # Elected but still seeding the log: no redirect (it would point back here).
+            await context.abort(grpc.StatusCode.UNAVAILABLE,
+                                f"controller {self.controller_id} was just elected and is "
+                                "taking office; retry shortly")
         address = state.leader_address or ""
         if address:
             context.set_trailing_metadata((("leader-address", address),))
