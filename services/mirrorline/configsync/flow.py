@@ -67,7 +67,7 @@ class FlowSync:
     def __init__(self, flow: FlowSettings, *, source: ClusterAdmin, target: ClusterAdmin,
                  records: SyncRecords, clock: Callable[[], float] = time.time) -> None:
         self.flow = flow
-        self.policy = make_policy(flow.policy, flow.source)
+        self.policy = make_policy(flow.policy, flow.naming_source)
         self._source = source
         self._target = target
         self.records = records
@@ -77,7 +77,7 @@ class FlowSync:
                                                    flow.use_defaults_from)
         self._rules = AclRules(replicates_topic=self.selects,
                                remote_name=lambda t: self.policy.format_remote_topic(
-                                   flow.source, t),
+                                   flow.naming_source, t),
                                groups=GroupFilter(flow.groups, flow.groups_exclude),
                                mode=flow.sync_topic_acls_mode)
         self._timeout = max(1.0, flow.admin_timeout_ms / 1000)
@@ -92,13 +92,13 @@ class FlowSync:
         #: Source topic -> remote topic, for every topic replicated in an earlier round:
         #: how a vanished source is noticed under a policy that does not rename.
         self._seen: dict[str, str] = {}
-        self._renames = self.policy.format_remote_topic(flow.source, "t") != "t"
+        self._renames = self.policy.format_remote_topic(flow.naming_source, "t") != "t"
         self._refused: dict[tuple[str, str], tuple[str, str]] = {}
 
     def selects(self, topic: str) -> bool:
         return should_replicate_topic(
             topic, policy=self.policy, topic_filter=self._filter,
-            target_alias=self.flow.target,
+            target_alias=self.flow.naming_target,
             heartbeats_replication_enabled=self.flow.heartbeats_replication_enabled)
 
     async def _capabilities(self, admin: ClusterAdmin) -> Capabilities:
@@ -157,15 +157,15 @@ class FlowSync:
         vanished = {t: r for t, r in self._seen.items()
                     if t not in source_topics and r in target_topics}
         for candidate in target_topics if self._renames else ():
-            if self.policy.topic_source(candidate) != flow.source:
+            if self.policy.topic_source(candidate) != flow.naming_source:
                 continue
             upstream = self.policy.upstream_topic(candidate)
             if (upstream is not None and upstream not in source_topics
                     and self.selects(upstream)
-                    and candidate != self.policy.checkpoints_topic(flow.source)):
+                    and candidate != self.policy.checkpoints_topic(flow.naming_source)):
                 vanished[upstream] = candidate
         names = [t for t in selected if only is None or t == only]
-        remote = {t: self.policy.format_remote_topic(flow.source, t) for t in names}
+        remote = {t: self.policy.format_remote_topic(flow.naming_source, t) for t in names}
         present = [t for t in names if remote[t] in target_topics]
         sync_configs = flow.sync_topic_configs_enabled
         source_configs: dict[str, list[ConfigEntry]] = {}
@@ -185,7 +185,8 @@ class FlowSync:
         if only is None:
             self._seen = {t: remote[t] for t in present}
         elif only not in selected and only not in vanished:
-            out.append(TopicDrift(only, self.policy.format_remote_topic(flow.source, only),
+            out.append(TopicDrift(only, self.policy.format_remote_topic(flow.naming_source,
+                                                                        only),
                                   problem=f"{only!r} is not a source topic this flow "
                                           "replicates (topics, topics.exclude)"))
         return out
@@ -328,7 +329,7 @@ class FlowSync:
 
 def _about(binding: AclBinding, topic: str, sync: FlowSync) -> bool:
     return binding.resource_type == "TOPIC" and binding.name == \
-        sync.policy.format_remote_topic(sync.flow.source, topic)
+        sync.policy.format_remote_topic(sync.flow.naming_source, topic)
 
 
 def _shape(plan: DriftPlan) -> tuple[object, ...]:
