@@ -80,8 +80,7 @@ def test_a_retried_batch_at_the_very_end_is_recognised() -> None:
 def test_a_foreign_record_in_the_tail_cannot_be_matched() -> None:
     src = source(range(100, 140))
     foreign = Rec(0, b"someone", b"else", 5)
-    landed = copies(src[:5], 40) + [Rec(45, foreign.key, foreign.value, 5)] + \
-        copies(src[5:8], 46)
+    landed = [*copies(src[:5], 40), Rec(45, foreign.key, foreign.value, 5), *copies(src[5:8], 46)]
     match = match_tail(ANCHOR, landed, src)
     assert not match.ok
     assert "target offset 45" in match.reason and "someone else" in match.reason
@@ -144,7 +143,7 @@ def test_forged_progress_ahead_of_the_target_stops_the_partition() -> None:
 
 def test_progress_beyond_a_gap_is_not_mistaken_for_forgery() -> None:
     # 100..119 copied; 120..124 are transaction markers; progress 125 is the truth.
-    src = source(list(range(100, 120)) + [125, 126])
+    src = source([*list(range(100, 120)), 125, 126])
     match = match_tail(ANCHOR, copies(src[:20], 40), src)
     point = decide("t-0", progress=125, anchor=ANCHOR, match=match)
     assert point.verdict is Verdict.MATCHED and point.offset == 125

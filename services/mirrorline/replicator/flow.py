@@ -27,6 +27,7 @@ from mirrorline.core.backoff import Backoff
 from mirrorline.core.offset_syncs import OffsetSyncPlanner
 from mirrorline.core.policy import make_policy
 from mirrorline.core.settings import FlowSettings
+from mirrorline.core.tail_match import Verdict
 from mirrorline.core.topics import OFFSET_MAP_RETENTION_MS, offset_map_topic
 from mirrorline.kafka.admin import ClusterAdmin, TopicSpec
 from mirrorline.replicator.bookkeeping import OffsetMapWriter, OffsetSyncSender
@@ -36,6 +37,7 @@ from mirrorline.replicator.discovery import DiscoveryResult, RemoteTopic, TopicD
 from mirrorline.replicator.metrics import PartitionMetrics, ReplicationMetrics
 from mirrorline.replicator.progress import ProgressStore
 from mirrorline.replicator.pump import Delivered, PartitionPump, PumpState
+from mirrorline.replicator.starting import Start, StartPlanner
 from mirrorline.v1 import flows_pb2
 
 log = logging.getLogger(__name__)
@@ -97,6 +99,7 @@ class FlowReplicator:
         self._sync_sender: OffsetSyncSender | None = None
         self._map_writer: OffsetMapWriter | None = None
         self._discovery: TopicDiscovery | None = None
+        self._planner_of_starts: StartPlanner | None = None
         self._delivery: DeliveryLoop | None = None
 
     @property
@@ -164,6 +167,10 @@ class FlowReplicator:
             map_topic, 1, flow.offset_storage_replication_factor,
             {"cleanup.policy": "delete", "retention.ms": str(OFFSET_MAP_RETENTION_MS)}))
         self._map_writer = OffsetMapWriter(clients.bookkeeping_producer, map_topic)
+        self._planner_of_starts = StartPlanner(
+            self.name, consumer=clients.consumer, source_consumer=clients.source_consumer_kwargs,
+            target_consumer=clients.target_consumer_kwargs, map_topic=map_topic,
+            reset=flow.clients.source_consumer.get("auto.offset.reset", "earliest"))
         self._discovery = TopicDiscovery(flow, self.policy, source=clients.source_admin,
                                          target=clients.target_admin)
 
@@ -266,7 +273,9 @@ class FlowReplicator:
             return
         for tp in removed:
             await self._drop(tp)
-        starts = await self._start_offsets(added)
+        assert self._planner_of_starts is not None
+        starts = await self._planner_of_starts.starts({tp: wanted[tp] for tp in added},
+                                                      self._saved)
         for tp in added:
             self._add_pump(tp, wanted[tp], starts[tp])
             if self.paused:
@@ -284,25 +293,15 @@ class FlowReplicator:
                      len(self._pumps), len(added), len(removed))
         self._assignment_changed.set()
 
-    async def _start_offsets(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
-        """Where each new partition starts: saved progress, else `auto.offset.reset`."""
-        assert self._consumer is not None
-        starts = {tp: self._saved[(tp.topic, tp.partition)] for tp in tps
-                  if (tp.topic, tp.partition) in self._saved}
-        fresh = [tp for tp in tps if tp not in starts]
-        if fresh:
-            reset = self.flow.clients.source_consumer.get("auto.offset.reset", "earliest")
-            if reset.lower() == "latest":
-                offsets = await self._consumer.end_offsets(fresh)
-            else:
-                offsets = await self._consumer.beginning_offsets(fresh)
-            starts.update(offsets)
-        return starts
-
-    def _add_pump(self, tp: TopicPartition, remote: str, start: int) -> None:
+    def _add_pump(self, tp: TopicPartition, remote: str, start: Start) -> None:
         assert self._producer is not None
         pump = PartitionPump(flow=self.name, source_topic=tp.topic, target_topic=remote,
-                             partition=tp.partition, next_offset=start, backoff=self._backoff)
+                             partition=tp.partition, next_offset=start.offset,
+                             backoff=self._backoff)
+        if start.point.verdict is Verdict.STOP:
+            pump.fail(start.point.message)
+        elif start.point.verdict is Verdict.FALLBACK:
+            pump.notice = start.point.message
         metrics = self._metrics.partition(self.flow.source, self.flow.target, remote,
                                           tp.partition)
         metrics.lag = functools.partial(self._lag, tp, pump)
@@ -465,7 +464,7 @@ class FlowReplicator:
                 next_offset=pump.next_offset, lag_records=-1 if lag is None else lag,
                 last_replication_latency_ms=latency,
                 lag_ms=0.0 if lag == 0 else (latency if lag is not None and last else -1.0),
-                state=_PARTITION_STATES[pump.state], error=pump.error or "",
+                state=_PARTITION_STATES[pump.state], error=pump.error or pump.notice or "",
                 records_replicated=pump.records_replicated, worker_id=self.worker_id,
                 records_per_second=metrics.records.rate(now, of_count=True) if metrics else 0.0,
                 bytes_per_second=metrics.value_bytes.rate(now) if metrics else 0.0))

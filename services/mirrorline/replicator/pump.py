@@ -71,6 +71,8 @@ class PartitionPump:
         self.fetch_position = next_offset
         self.state = PumpState.RUNNING
         self.error: str | None = None
+        #: Something an operator should know that is not an error (how it resumed).
+        self.notice: str | None = None
         self.records_replicated = 0
         self.last_ack_record_ts: int | None = None
         self._backoff = backoff or Backoff()

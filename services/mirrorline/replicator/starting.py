@@ -1,0 +1,72 @@
+"""Where the partitions a flow takes on start: the shared resume decision, plus the reset
+policy for partitions that were never copied.
+
+The decision itself (durable progress checked against the target's tail) lives in
+`mirrorline.kafka.resume`, shared with the Spark executor; this module only feeds it the
+flow's clients and applies `auto.offset.reset` where nothing is known.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from mirrorline.core.tail_match import ResumePoint, Verdict
+from mirrorline.kafka.offset_map_reader import OffsetMapFollower
+from mirrorline.kafka.resume import log_resume_point, resume_points
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Start:
+    offset: int
+    point: ResumePoint
+
+
+class StartPlanner:
+    def __init__(self, flow: str, *, consumer: AIOKafkaConsumer,
+                 source_consumer: Mapping[str, Any], target_consumer: Mapping[str, Any],
+                 map_topic: str, reset: str) -> None:
+        self.flow = flow
+        self._consumer = consumer
+        self._source = dict(source_consumer)
+        self._target = dict(target_consumer)
+        self._follower = OffsetMapFollower(target_consumer, map_topic)
+        self._reset = reset
+
+    async def starts(self, partitions: Mapping[TopicPartition, str],
+                     progress: Mapping[tuple[str, int], int]) -> dict[TopicPartition, Start]:
+        """Start offset and decision of every partition in `partitions` (-> remote topic)."""
+        if not partitions:
+            return {}
+        try:
+            await self._follower.refresh()
+        except Exception as exc:  # missing or unreadable map: what is known still counts
+            log.warning("%s: reading the offset map %s failed (%r); tails are matched "
+                        "from what was read before", self.flow, self._follower.topic, exc)
+        points = await resume_points(source_consumer=self._source,
+                                     target_consumer=self._target,
+                                     offset_map=self._follower.map, partitions=partitions,
+                                     progress=progress)
+        for point in points.values():
+            log_resume_point(self.flow, point)
+        fresh = [tp for tp, p in points.items() if p.offset is None]
+        reset: dict[TopicPartition, int] = {}
+        if fresh:
+            if self._reset.lower() == "latest":
+                reset = await self._consumer.end_offsets(fresh)
+            else:
+                reset = await self._consumer.beginning_offsets(fresh)
+        out: dict[TopicPartition, Start] = {}
+        for tp, point in points.items():
+            offset = point.offset if point.offset is not None else reset[tp]
+            if point.verdict is Verdict.STOP:
+                saved = progress.get((tp.topic, tp.partition))
+                offset = saved if saved is not None else offset
+            out[tp] = Start(offset, point)
+        return out
