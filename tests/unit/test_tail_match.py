@@ -8,7 +8,9 @@ from dataclasses import dataclass, field
 from mirrorline.core.tail_match import (
     Anchor,
     Duplicate,
+    Landed,
     Verdict,
+    already_landed,
     decide,
     match_tail,
     same_record,
@@ -169,3 +171,26 @@ def test_duplicates_are_reported_in_the_decision() -> None:
     point = decide("t-0", progress=None, anchor=ANCHOR, match=match)
     assert point.offset == 120 and len(point.duplicates) == 2
     assert "holds 2 records twice" in point.message
+
+
+# -- a failed produce: did it land anyway? ---------------------------------------------
+
+def test_a_failed_batch_that_did_not_land() -> None:
+    assert already_landed([], source(range(10, 20))) == Landed(0, None, 0)
+
+
+def test_a_failed_batch_that_landed_in_part_or_whole() -> None:
+    batch = source(range(10, 20))
+    assert already_landed(copies(batch[:4], 70), batch) == Landed(4, 70, 0)
+    assert already_landed(copies(batch, 70), batch) == Landed(10, 70, 0)
+
+
+def test_a_failed_batch_the_client_had_retried_itself() -> None:
+    batch = source(range(10, 20))
+    landed = already_landed(copies(batch + batch, 70), batch)
+    assert landed == Landed(10, 80, 10)
+
+
+def test_something_else_after_the_known_end() -> None:
+    batch = source(range(10, 20))
+    assert already_landed(copies(source([99]), 70), batch) is None

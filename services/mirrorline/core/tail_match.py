@@ -37,8 +37,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-__all__ = ["Anchor", "Duplicate", "ResumePoint", "TailMatch", "Verdict", "decide",
-           "match_tail", "same_record"]
+__all__ = ["Anchor", "Duplicate", "Landed", "ResumePoint", "TailMatch", "Verdict",
+           "already_landed", "decide", "match_tail", "same_record"]
 
 #: aiokafka's timestamp type for a timestamp the broker set on append (not the producer's).
 LOG_APPEND_TIME = 1
@@ -98,6 +98,8 @@ class TailMatch:
     #: Target offset of the last source record found there.
     last_target_offset: int | None = None
     next_source_offset: int | None = None
+    #: One past the last target record read: where this owner's copies continue.
+    target_end: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -159,7 +161,8 @@ def match_tail(anchor: Anchor, target: Sequence[Comparable],
         expect = found + 1
     return TailMatch(source[high - 1].offset + 1, matched=high, duplicates=tuple(duplicates),
                      last_target_offset=last_target,
-                     next_source_offset=source[high].offset if high < len(source) else None)
+                     next_source_offset=source[high].offset if high < len(source) else None,
+                     target_end=target[-1].offset + 1)
 
 
 def _locate(t: Comparable, source: Sequence[Comparable], expect: int, high: int) -> int | None:
@@ -172,6 +175,38 @@ def _locate(t: Comparable, source: Sequence[Comparable], expect: int, high: int)
         if same_record(t, source[i]):
             return i
     return None
+
+
+@dataclass(frozen=True)
+class Landed:
+    """How much of a batch whose produce failed is on the target all the same."""
+
+    #: Leading records of the batch found on the target (in order).
+    count: int
+    #: Target offset of the newest copy of the first of them (None when count is 0).
+    base: int | None
+    #: Target records that repeat a record already found (retried produce).
+    duplicates: int
+
+
+def already_landed(target: Sequence[Comparable], batch: Sequence[Comparable]) -> Landed | None:
+    """`target`: every record after the last one known to be there; `batch`: the records
+    of the failed produce, in order. None: the target holds something else (someone else
+    writes into the remote topic), so nothing can be concluded."""
+    high = expect = duplicates = 0
+    newest: dict[int, int] = {}
+    for t in target:
+        found = _locate(t, batch, expect, high)
+        if found is None:
+            return None
+        if found < high:
+            duplicates += 1
+        else:
+            high = found + 1
+        newest[found] = t.offset
+        expect = found + 1
+    base = newest[high - 1] - (high - 1) if high else None
+    return Landed(high, base, duplicates)
 
 
 class Verdict(enum.Enum):
@@ -193,6 +228,8 @@ class ResumePoint:
     verdict: Verdict
     message: str
     duplicates: tuple[Duplicate, ...] = ()
+    #: One past the last target record when the tail matched (where copies continue).
+    target_end: int | None = None
 
 
 def decide(where: str, *, progress: int | None, anchor: Anchor | None,
@@ -233,4 +270,4 @@ def decide(where: str, *, progress: int | None, anchor: Anchor | None,
         f" ({resume - progress} offsets beyond durable progress {progress} already there)"
     return ResumePoint(resume, Verdict.MATCHED,
                        f"{where}: resuming at source offset {resume}, right after the last "
-                       f"record on the target{gained}{dup}", match.duplicates)
+                       f"record on the target{gained}{dup}", match.duplicates, match.target_end)

@@ -41,6 +41,8 @@ class FlowClients:
     target_consumer_kwargs: dict[str, Any]
     #: The data consumer's settings, for reading source ranges beside it.
     source_consumer_kwargs: dict[str, Any]
+    #: The data producer's settings, to open a new one after an abort.
+    producer_kwargs: dict[str, Any]
 
     @classmethod
     async def open(cls, flow: FlowSettings, worker_id: str) -> FlowClients:
@@ -86,7 +88,19 @@ class FlowClients:
                    target_admin=target_admin,
                    target_consumer_kwargs=_kwargs(consumer_kwargs, flow.clients.target_consumer,
                                                   f"{name}|progress-reader"),
-                   source_consumer_kwargs=ckw)
+                   source_consumer_kwargs=ckw, producer_kwargs=pkw)
+
+    async def reopen_producer(self) -> AIOKafkaProducer:
+        """Replace the data producer (after `abort_producer`); raises while the target is
+        unreachable."""
+        producer = AIOKafkaProducer(**self.producer_kwargs)
+        try:
+            await producer.start()
+        except BaseException:
+            await _close_all([producer])
+            raise
+        self.producer = producer
+        return producer
 
     async def close(self) -> None:
         await _close_all([self.consumer, self.producer, self.bookkeeping_producer,

@@ -30,7 +30,9 @@ from mirrorline.core.settings import FlowSettings
 from mirrorline.core.tail_match import Verdict
 from mirrorline.core.topics import OFFSET_MAP_RETENTION_MS, offset_map_topic
 from mirrorline.kafka.admin import ClusterAdmin, TopicSpec
+from mirrorline.kafka.producer_abort import abort_producer
 from mirrorline.replicator.bookkeeping import OffsetMapWriter, OffsetSyncSender
+from mirrorline.replicator.checker import TargetChecker
 from mirrorline.replicator.clients import FlowClients
 from mirrorline.replicator.delivery import DeliveryLoop
 from mirrorline.replicator.discovery import DiscoveryResult, RemoteTopic, TopicDiscovery
@@ -44,6 +46,8 @@ log = logging.getLogger(__name__)
 
 #: Fetch for a partition pauses while this many fetched chunks wait in its pump.
 MAX_BACKLOG_CHUNKS = 4
+#: A partition let go with a batch in flight says why it waits, this often.
+RELEASE_WAIT_S = 10.0
 
 
 _PARTITION_STATES = {
@@ -128,10 +132,15 @@ class FlowReplicator:
         assert self._progress is not None
         self._progress.start()
         assert self._producer is not None
+        assert self._clients is not None
+        checker = TargetChecker(self._pumps, self._clients.target_consumer_kwargs,
+                                on_ack=self._on_ack, on_checked=self._wake_delivery)
         self._delivery = DeliveryLoop(self._producer, self._pumps, fetch=self._fetch,
                                       on_ack=self._on_ack,
+                                      on_failed=lambda _pump: checker.wake.set(),
                                       poll_timeout_ms=self.flow.consumer_poll_timeout_ms)
         self._tasks.append(asyncio.create_task(self._delivery.run(), name=f"{self.name} copy"))
+        self._tasks.append(asyncio.create_task(checker.run(), name=f"{self.name} check"))
         self._tasks.append(asyncio.create_task(self._watch_loop(), name=f"{self.name} watch"))
         if self._sync_sender is not None:
             self._sync_sender.start()
@@ -180,8 +189,8 @@ class FlowReplicator:
         self._assignment_changed.set()
         for pump in self._pumps.values():
             pump.stop()
-        if self._delivery is not None:
-            await self._delivery.drain(timeout=10.0)
+        if self._delivery is not None and not await self._delivery.drain(timeout=10.0):
+            await self.abort_sends("stopping: batches unacknowledged after 10s")
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -193,6 +202,44 @@ class FlowReplicator:
                 await appender.stop()
         await self._close_clients()
         self.state = FlowState.STOPPED
+
+    async def abort_sends(self, reason: str) -> None:
+        """Cancel every batch in flight now, so none of them can land later (fencing,
+        stopping): a partition let go must not deliver anything afterwards. Partitions
+        still running check the target before sending those records again."""
+        producer, delivery = self._producer, self._delivery
+        if producer is None or delivery is None:
+            return
+        log.warning("%s: cancelling %d batches in flight: %s", self.name, delivery.in_flight,
+                    reason)
+        self._producer = delivery.producer = None
+        await abort_producer(producer, reason)
+        await delivery.settle_all()
+        if not self._stopping:
+            self._tasks.append(asyncio.create_task(self._reopen_producer(),
+                                                   name=f"{self.name} reopen producer"))
+
+    async def _reopen_producer(self) -> None:
+        attempt = 0
+        while not self._stopping and self._clients is not None:
+            try:
+                producer = await self._clients.reopen_producer()
+            except Exception as exc:
+                delay = self._backoff.delay(attempt)
+                attempt += 1
+                log.warning("%s: cannot open a producer on %s (%r); retrying in %.1fs",
+                            self.name, self.flow.target, exc, delay)
+                await asyncio.sleep(delay)
+                continue
+            self._producer = producer
+            if self._delivery is not None:
+                self._delivery.producer = producer
+            self._wake_delivery()
+            return
+
+    def _wake_delivery(self) -> None:
+        if self._delivery is not None:
+            self._delivery.wake.set()
 
     async def _close_clients(self) -> None:
         if self._clients is not None:
@@ -266,7 +313,7 @@ class FlowReplicator:
 
     async def _reassign(self, wanted: Mapping[TopicPartition, str]) -> None:
         consumer = self._consumer
-        assert consumer is not None and self._producer is not None
+        assert consumer is not None
         removed = [tp for tp in self._pumps if tp not in wanted]
         added = [tp for tp in wanted if tp not in self._pumps]
         if not removed and not added:
@@ -294,10 +341,10 @@ class FlowReplicator:
         self._assignment_changed.set()
 
     def _add_pump(self, tp: TopicPartition, remote: str, start: Start) -> None:
-        assert self._producer is not None
         pump = PartitionPump(flow=self.name, source_topic=tp.topic, target_topic=remote,
                              partition=tp.partition, next_offset=start.offset,
                              backoff=self._backoff)
+        pump.target_end = start.point.target_end
         if start.point.verdict is Verdict.STOP:
             pump.fail(start.point.message)
         elif start.point.verdict is Verdict.FALLBACK:
@@ -309,11 +356,17 @@ class FlowReplicator:
         self._pump_metrics[tp] = metrics
 
     async def _drop(self, tp: TopicPartition) -> None:
+        """Let go of a partition only once nothing it sent can still arrive: its batch in
+        flight is acknowledged or failed (`abort_sends` fails it at once when fenced)."""
         pump = self._pumps[tp]
         pump.stop()
-        if self._delivery is not None:  # let its last batch settle before letting go
-            await self._delivery.wait_settled(pump, timeout=10.0)
+        while self._delivery is not None and pump.in_flight and \
+                not await self._delivery.wait_settled(pump, timeout=RELEASE_WAIT_S):
+            log.warning("%s %s-%d: waiting for its batch in flight to be acknowledged or "
+                        "to fail before letting go (the target does not answer)", self.name,
+                        tp.topic, tp.partition)
         del self._pumps[tp]
+        self._saved[(tp.topic, tp.partition)] = pump.next_offset
         self._pump_metrics.pop(tp, None)
         self._throttled.discard(tp)
         if self._progress is not None:
