@@ -238,7 +238,8 @@ def decide(where: str, *, progress: int | None, anchor: Anchor | None,
     `where` ("topic-partition", for messages). Never an offset that skips a record."""
     if anchor is None or match is None:
         note = (f"{where}: no exactly mapped point on the target to match from (nothing "
-                "in the offset map); starting from durable progress"
+                "in the offset map or the newest offset syncs); starting from durable "
+                "progress"
                 if progress is not None else "")
         return ResumePoint(progress, Verdict.PROGRESS, note)
     if not match.ok:

@@ -7,8 +7,10 @@ partitions about to start; it reads, per partition, the target from the last exa
 mapped point (the newest offset-map run) to the target's end and the same number of source
 records from the mapped source offset, and lets `mirrorline.core.tail_match` decide.
 
-Cost is bounded: the target tail holds what was acknowledged since the offset map's last
-publication (about a second) plus what was in flight; a tail longer than
+The mapped point is the newest of the offset map's last run and the newest offset sync.
+Cost is bounded: the target tail holds what was acknowledged since that point (about
+`offset.lag.max` records with offset syncs on, up to a second of copying without) plus
+what was in flight; a tail longer than
 `MAX_TAIL_RECORDS` is not read further and the partition falls back to durable progress.
 """
 
@@ -30,6 +32,7 @@ from mirrorline.core.tail_match import (
     decide,
     match_tail,
 )
+from mirrorline.core.wire import OffsetSync
 from mirrorline.kafka.ranges import Range, read_ranges
 
 log = logging.getLogger(__name__)
@@ -40,28 +43,37 @@ MAX_TAIL_RECORDS = 200_000
 __all__ = ["MAX_TAIL_RECORDS", "anchor_for", "log_resume_point", "resume_points"]
 
 
-def anchor_for(offset_map: OffsetMap, topic: str, partition: int) -> Anchor | None:
-    """The newest record the offset map places on the target (its newest run's last)."""
+def anchor_for(offset_map: OffsetMap, syncs: Mapping[tuple[str, int], OffsetSync],
+               topic: str, partition: int) -> Anchor | None:
+    """The newest record known to be on the target: the offset map's newest run's last
+    record, or the newest offset sync, whichever lies further on the target."""
+    found: list[Anchor] = []
     last = offset_map.last(topic, partition)
-    if last is None:
-        return None
-    return Anchor(last.upstream_end - 1, last.downstream_end - 1, "offset map")
+    if last is not None:
+        found.append(Anchor(last.upstream_end - 1, last.downstream_end - 1, "offset map"))
+    sync = syncs.get((topic, partition))
+    if sync is not None:
+        found.append(Anchor(sync.upstream_offset, sync.downstream_offset, "offset sync"))
+    return max(found, key=lambda a: a.target_offset, default=None)
 
 
 async def resume_points(*, source_consumer: Mapping[str, Any],
                         target_consumer: Mapping[str, Any], offset_map: OffsetMap,
                         partitions: Mapping[TopicPartition, str],
                         progress: Mapping[tuple[str, int], int],
+                        offset_syncs: Mapping[tuple[str, int], OffsetSync] | None = None,
                         timeout: float = 30.0) -> dict[TopicPartition, ResumePoint]:
     """Start point of each source partition in `partitions` (-> its remote topic).
 
-    `progress`: durable next offset per (topic, partition); `offset_map`: as current as
-    the caller can make it (`OffsetMapFollower.refresh`). Never raises for one partition's
-    trouble: a tail that cannot be read is a tail that cannot be matched.
+    `progress`: durable next offset per (topic, partition); `offset_map` and
+    `offset_syncs` (newest per partition, `mirrorline.kafka.sync_tail`): as current as the
+    caller can make them. Never raises for one partition's trouble: a tail that cannot be
+    read is a tail that cannot be matched.
     """
     started = time.monotonic()
+    syncs = offset_syncs or {}
     anchors = {tp: a for tp in partitions
-               if (a := anchor_for(offset_map, tp.topic, tp.partition)) is not None}
+               if (a := anchor_for(offset_map, syncs, tp.topic, tp.partition)) is not None}
     targets = {tp: Range(a.target_offset, MAX_TAIL_RECORDS + 1) for tp, a in anchors.items()}
     await _read(target_consumer, {TopicPartition(partitions[tp], tp.partition): r
                                   for tp, r in targets.items()}, timeout, "target")

@@ -176,10 +176,17 @@ class FlowReplicator:
             map_topic, 1, flow.offset_storage_replication_factor,
             {"cleanup.policy": "delete", "retention.ms": str(OFFSET_MAP_RETENTION_MS)}))
         self._map_writer = OffsetMapWriter(clients.bookkeeping_producer, map_topic)
+        syncs = None
+        if flow.emit_offset_syncs_enabled:
+            at_source = flow.offset_syncs_topic_location == "source"
+            syncs = (self.policy.offset_syncs_topic(flow.target if at_source else flow.source),
+                     clients.source_consumer_kwargs if at_source
+                     else clients.target_consumer_kwargs)
         self._planner_of_starts = StartPlanner(
             self.name, consumer=clients.consumer, source_consumer=clients.source_consumer_kwargs,
             target_consumer=clients.target_consumer_kwargs, map_topic=map_topic,
-            reset=flow.clients.source_consumer.get("auto.offset.reset", "earliest"))
+            reset=flow.clients.source_consumer.get("auto.offset.reset", "earliest"),
+            syncs=syncs)
         self._discovery = TopicDiscovery(flow, self.policy, source=clients.source_admin,
                                          target=clients.target_admin)
 

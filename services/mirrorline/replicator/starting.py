@@ -16,8 +16,10 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from mirrorline.core.tail_match import ResumePoint, Verdict
+from mirrorline.core.wire import OffsetSync
 from mirrorline.kafka.offset_map_reader import OffsetMapFollower
 from mirrorline.kafka.resume import log_resume_point, resume_points
+from mirrorline.kafka.sync_tail import newest_syncs
 
 log = logging.getLogger(__name__)
 
@@ -31,8 +33,11 @@ class Start:
 class StartPlanner:
     def __init__(self, flow: str, *, consumer: AIOKafkaConsumer,
                  source_consumer: Mapping[str, Any], target_consumer: Mapping[str, Any],
-                 map_topic: str, reset: str) -> None:
+                 map_topic: str, reset: str,
+                 syncs: tuple[str, Mapping[str, Any]] | None = None) -> None:
+        """`syncs`: the offset-syncs topic and the consumer settings of its cluster."""
         self.flow = flow
+        self._syncs = syncs
         self._consumer = consumer
         self._source = dict(source_consumer)
         self._target = dict(target_consumer)
@@ -49,10 +54,18 @@ class StartPlanner:
         except Exception as exc:  # missing or unreadable map: what is known still counts
             log.warning("%s: reading the offset map %s failed (%r); tails are matched "
                         "from what was read before", self.flow, self._follower.topic, exc)
+        newest: dict[tuple[str, int], OffsetSync] = {}
+        if self._syncs is not None:
+            topic, kwargs = self._syncs
+            try:
+                newest = await newest_syncs(kwargs, topic)
+            except Exception as exc:
+                log.warning("%s: reading the newest offset syncs from %s failed (%r)",
+                            self.flow, topic, exc)
         points = await resume_points(source_consumer=self._source,
                                      target_consumer=self._target,
                                      offset_map=self._follower.map, partitions=partitions,
-                                     progress=progress)
+                                     progress=progress, offset_syncs=newest)
         for point in points.values():
             log_resume_point(self.flow, point)
         fresh = [tp for tp, p in points.items() if p.offset is None]
