@@ -146,7 +146,7 @@ async def test_a_foreign_record_in_the_remote_topic_falls_back_loudly_and_loses_
         async def reported() -> bool:
             status = await proc.replicator_status()
             return any(p.partition == 1 and "not matched" in p.error
-                       for f in status.flows for p in f.partitions)
+                       for p in status.partitions)
         await wait_for(reported, 30, "the unmatched tail was not reported in the status")
         target = await consume_all(backup.bootstrap, remote, expected=produced + 1)
         log = proc.log_path.read_text()
@@ -181,12 +181,12 @@ async def test_forged_progress_ahead_of_the_target_stops_the_partition_loudly(
         async def stopped() -> bool:
             status = await proc.replicator_status()
             return any(p.partition == 1 and p.state == flows_pb2.PARTITION_STATE_ERROR
-                       for f in status.flows for p in f.partitions)
+                       for p in status.partitions)
         await wait_for(stopped, 30, "the partition with forged progress was not stopped")
         target = await consume_all(backup.bootstrap, remote, expected=300 + 600)
         status = await proc.replicator_status()
         log = proc.log_path.read_text()
-    error = next(p.error for f in status.flows for p in f.partitions if p.partition == 1)
+    error = next(p.error for p in status.partitions if p.partition == 1)
     assert f"{topic}-1" in error and "431" in error and "300" in error, error
     assert "ahead of the truth" in log and f"{topic}-1" in log
     source = await consume_all(primary.bootstrap, topic)
@@ -197,8 +197,7 @@ async def test_forged_progress_ahead_of_the_target_stops_the_partition_loudly(
 
 def flow_spec(a: str, b: str, topic: str) -> flows_pb2.FlowSpec:
     return flows_pb2.FlowSpec(source=a, target=b, properties={
-        "topics": topic, "refresh.topics.interval.seconds": "1",
-        f"{b}.producer.batch.size": str(BATCH_BYTES)})
+        "topics": topic, "refresh.topics.interval.seconds": "1"})
 
 
 async def test_worker_hand_over_after_sigkill_copies_nothing_twice(
@@ -207,8 +206,9 @@ async def test_worker_hand_over_after_sigkill_copies_nothing_twice(
     a, b = f"a{tag}", f"b{tag}"
     topic, remote = f"{unique}-handover", f"{a}.{unique}-handover"
     await create_topic(primary.bootstrap, topic, PARTITIONS)
-    async with deployment(deployment_config({a: primary, b: backup}), tmp_path,
-                          lease_ms=2000) as d:
+    config = deployment_config({a: primary, b: backup},
+                               **{f"{b}_producer_batch_size": str(BATCH_BYTES)})
+    async with deployment(config, tmp_path, lease_ms=2000) as d:
         await d.controller("c1")
         await d.worker("w1")
         admin = d.admin(await d.leader())

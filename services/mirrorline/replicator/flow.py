@@ -353,7 +353,7 @@ class FlowReplicator:
                              backoff=self._backoff)
         pump.target_end = start.point.target_end
         if start.point.verdict is Verdict.STOP:
-            pump.fail(start.point.message)
+            pump.fail(start.point.message, logged=True)
         elif start.point.verdict is Verdict.FALLBACK:
             pump.notice = start.point.message
         metrics = self._metrics.partition(self.flow.source, self.flow.target, remote,

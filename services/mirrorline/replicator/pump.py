@@ -144,9 +144,12 @@ class PartitionPump:
         self._drop_queued()
         self.next_offset = self.fetch_position = offset
 
-    def fail(self, reason: str) -> None:
-        """Stop this partition for good (until an operator intervenes), loudly."""
-        log.error("%s %s-%d stopped: %s", self.flow, self.source_topic, self.partition, reason)
+    def fail(self, reason: str, *, logged: bool = False) -> None:
+        """Stop this partition for good (until an operator intervenes), loudly (`logged`:
+        the caller has said so already)."""
+        if not logged:
+            log.error("%s %s-%d stopped: %s", self.flow, self.source_topic, self.partition,
+                      reason)
         self.state = PumpState.ERROR
         self.error = reason
         self._drop_queued()
