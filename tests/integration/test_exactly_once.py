@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaProducer
 from helpers import consume_all, create_topic, wait_for
-from procs import deployment, deployment_config, mm2_config, replicator
+from procs import deployment, deployment_config, free_port, mm2_config, replicator
 
 from mirrorline.core.progress import encode_offset, progress_topic, source_offset_key
-from mirrorline.dev.brokers import LocalBroker
+from mirrorline.dev.brokers import LocalBroker, start_broker, stop_broker_async
 from mirrorline.kafka.watermarks import high_watermarks, totals
 from mirrorline.v1 import admin_pb2, flows_pb2
 
@@ -266,3 +266,115 @@ async def test_sigkill_of_the_whole_run_mid_burst_copies_nothing_twice(
     await burst(primary.bootstrap, topic, produced, BURST // 4)
     async with mirrorline_run(config, tmp_path / "run.log", offset):
         await assert_exactly_once(primary, backup, topic, remote)
+
+
+@contextlib.asynccontextmanager
+async def s3_storage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[str]:
+    """A local S3 (moto_server) for Tansu's `s3://` storage, which survives a broker's
+    `kill -9` and restart; yields the storage URL. The environment variables tell Tansu
+    brokers started by this test where to find it."""
+    port = free_port()
+    log = (tmp_path / "moto.log").open("wb")
+    server = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "moto.server", "-p", str(port), stdout=log, stderr=log)
+    log.close()
+    endpoint = f"http://127.0.0.1:{port}"
+    env = {"AWS_ENDPOINT": endpoint, "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x",
+           "AWS_DEFAULT_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true"}
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    try:
+        async def bucket_created() -> bool:
+            try:
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            except OSError:
+                return False
+            writer.write(b"PUT /tansu HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n")
+            await writer.drain()
+            answer = await reader.read(12)
+            writer.close()
+            return answer.startswith(b"HTTP/1.1 200")
+        await wait_for(bucket_created, 30, "moto_server did not start", interval=0.2)
+        yield "s3://tansu/"
+    finally:
+        server.kill()
+        await server.wait()
+
+
+async def test_a_target_outage_leaves_every_record_exactly_once_in_order(
+        primary: LocalBroker, unique: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    topic = f"{unique}-outage"
+    remote = f"primary.{topic}"
+    await create_topic(primary.bootstrap, topic, PARTITIONS)
+    async with s3_storage(tmp_path, monkeypatch) as storage:
+        port = free_port()
+        target = await start_broker("durable", port=port, storage=storage, log_dir=tmp_path)
+        try:
+            # The client gives up on a batch after 2 s: the replicator must then find out
+            # what reached the target before it sends anything again.
+            config = mm2_config({"primary": primary, "durable": target}, {"primary->durable": {
+                "topics": topic, "refresh.topics.interval.seconds": "2"}},
+                durable_producer_batch_size=str(BATCH_BYTES),
+                durable_producer_request_timeout_ms="2000")
+            produced = await burst(primary.bootstrap, topic, 0, BURST // 2)
+            async with replicator(config, tmp_path, name="outage") as proc:
+                await grows_past(target, remote, 2000)
+                os.kill(target.pid, signal.SIGKILL)  # mid-copy: batches are in flight
+                await burst(primary.bootstrap, topic, produced, BURST // 4)
+
+                async def given_up() -> bool:
+                    status = await proc.replicator_status()
+                    return any("the target" in p.error for p in status.partitions)
+                await wait_for(given_up, 60, "no partition noticed the outage")
+                target = await start_broker("durable", port=port, storage=storage,
+                                            log_dir=tmp_path / "again")
+                await assert_exactly_once(primary, target, topic, remote, timeout=120)
+                log = proc.log_path.read_text()
+            assert "checking the target" in log
+        finally:
+            await stop_broker_async(target.pid)
+
+
+async def test_a_fenced_worker_lets_go_only_when_nothing_it_sent_can_land_later(
+        primary: LocalBroker, unique: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue: a partition stopped during a target outage still had a send in flight, which
+    the client delivered minutes later, after another owner had taken over."""
+    topic = f"{unique}-fenced"
+    await create_topic(primary.bootstrap, topic, PARTITIONS)
+    async with s3_storage(tmp_path, monkeypatch) as storage:
+        port = free_port()
+        target = await start_broker("durable", port=port, storage=storage, log_dir=tmp_path)
+        tag = secrets.token_hex(3)
+        a, b = f"a{tag}", f"b{tag}"
+        remote = f"{a}.{topic}"
+        config = deployment_config({a: primary, b: target},  # home cluster: the source
+                                   **{f"{b}_producer_batch_size": str(BATCH_BYTES)})
+        try:
+            async with deployment(config, tmp_path, lease_ms=2000) as d:
+                await d.controller("c1")
+                await d.worker("w1")
+                admin = d.admin(await d.leader())
+                await admin.CreateFlow(admin_pb2.CreateFlowRequest(
+                    spec=flow_spec(a, b, topic)))
+                produced = await burst(primary.bootstrap, topic, 0, BURST // 2)
+                await grows_past(target, remote, 2000)
+                os.kill(target.pid, signal.SIGKILL)  # batches in flight stay in the client
+                # The controller stops answering: w1 fences itself and lets go; after the
+                # lease the partitions go to whoever heartbeats.
+                await d.controllers["c1"].signal(signal.SIGSTOP)
+                await d.worker("w2")
+
+                async def fenced() -> bool:
+                    return "stopping every partition" in d.workers["w1"].log_path.read_text()
+                await wait_for(fenced, 30, "w1 never fenced itself")
+                await d.controllers["c1"].signal(signal.SIGCONT)
+                await burst(primary.bootstrap, topic, produced, BURST // 4)
+                target = await start_broker("durable", port=port, storage=storage,
+                                            log_dir=tmp_path / "again")
+                await assert_exactly_once(primary, target, topic, remote, timeout=120)
+                log = d.workers["w1"].log_path.read_text()
+            assert "cancelling" in log and "fenced" in log
+        finally:
+            await stop_broker_async(target.pid)

@@ -92,6 +92,8 @@ class PartitionPump:
         self._retry_at = 0.0
         #: One past this partition's last copy on the target, when known.
         self.target_end: int | None = None
+        #: Target records found between this pump's batches (duplicates it detected).
+        self.unexpected_records = 0
         #: Records of a failed produce that may have landed; checked before re-sending.
         self.unverified: list[Record] | None = None
 
@@ -236,6 +238,16 @@ class PartitionPump:
     def acknowledged(self, base_offset: int) -> Delivered:
         records = self._in_flight
         assert records is not None, "acknowledged() without a batch in flight"
+        if self.target_end is not None and base_offset > self.target_end:
+            # Only this pump writes here, in order: anything in between is a produce the
+            # client re-sent after the broker had accepted it (or another writer).
+            extra = base_offset - self.target_end
+            self.unexpected_records += extra
+            log.warning("%s %s-%d: %d records on the target at offsets %d..%d were not "
+                        "expected there (a produce the client retried after the broker had "
+                        "written it, or another writer); detected, not undone", self.flow,
+                        self.source_topic, self.partition, extra, self.target_end,
+                        base_offset - 1)
         self._in_flight = None
         self._attempt = 0
         self.error = None
@@ -308,6 +320,7 @@ class PartitionPump:
             return None
         assert landed.base is not None
         self._in_flight = records[:count]
+        self.target_end = None  # the copies found decide, not the end known before
         delivered = self.acknowledged(landed.base)
         self.target_end = end
         self._retry_at = now
