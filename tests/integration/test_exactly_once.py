@@ -378,3 +378,22 @@ async def test_a_fenced_worker_lets_go_only_when_nothing_it_sent_can_land_later(
             assert "cancelling" in log and "fenced" in log
         finally:
             await stop_broker_async(target.pid)
+
+
+async def test_required_exactly_once_on_a_target_without_usable_transactions_exits_2(
+        primary: LocalBroker, backup: LocalBroker, unique: str, tmp_path: Path) -> None:
+    """The local test broker refuses aiokafka's InitProducerId: asking for transactions
+    must stop the replicator with a configuration error naming the key, not copy
+    at-least-once silently."""
+    config = tmp_path / "mm2.properties"
+    config.write_text(mm2_config({"primary": primary, "backup": backup}, {"primary->backup": {
+        "topics": f"{unique}-eos", "exactly.once.support": "required"}}))
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "mirrorline", "replicator", "--config", str(config),
+        "--metrics-port", "-1", "--grpc-port", str(free_port()),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    out, _ = await asyncio.wait_for(proc.communicate(), 60)
+    text = out.decode()
+    assert proc.returncode == 2, text
+    assert "configuration error" in text and "primary->backup.exactly.once.support" in text
+    assert "InitProducerId" in text

@@ -16,7 +16,8 @@ from typing import Any
 
 from aiokafka import TopicPartition
 
-from mirrorline.core.wire import OffsetSync, WireFormatError
+from mirrorline.core.errors import WireFormatError
+from mirrorline.core.wire import OffsetSync
 from mirrorline.kafka.ranges import Range, read_ranges
 from mirrorline.kafka.watermarks import high_watermarks
 

@@ -24,6 +24,7 @@ from aiokafka.errors import KafkaError, OffsetOutOfRangeError
 from opentelemetry.trace import Tracer
 
 from mirrorline.core.backoff import Backoff
+from mirrorline.core.errors import ConfigError
 from mirrorline.core.offset_syncs import OffsetSyncPlanner
 from mirrorline.core.policy import make_policy
 from mirrorline.core.settings import FlowSettings
@@ -36,6 +37,7 @@ from mirrorline.replicator.checker import TargetChecker
 from mirrorline.replicator.clients import FlowClients
 from mirrorline.replicator.delivery import DeliveryLoop
 from mirrorline.replicator.discovery import DiscoveryResult, RemoteTopic, TopicDiscovery
+from mirrorline.replicator.exactly_once import check_exactly_once
 from mirrorline.replicator.metrics import PartitionMetrics, ReplicationMetrics
 from mirrorline.replicator.progress import ProgressStore
 from mirrorline.replicator.pump import Delivered, PartitionPump, PumpState
@@ -116,8 +118,14 @@ class FlowReplicator:
         attempt = 0
         while not self._stopping:
             try:
+                await check_exactly_once(self.flow, self.flow.properties)
                 await self._connect()
                 break
+            except ConfigError as exc:  # retrying cannot help: say so once and stay stopped
+                await self._close_clients()
+                self.state, self.error = FlowState.ERROR, f"configuration error: {exc}"
+                log.error("%s: %s", self.name, self.error)
+                return
             except Exception as exc:
                 await self._close_clients()
                 delay = self._backoff.delay(attempt)
