@@ -108,7 +108,7 @@ async def test_repeated_sigkill_mid_burst_leaves_every_record_exactly_once_in_or
     await create_topic(primary.bootstrap, topic, PARTITIONS)
     config = config_for(primary, backup, topic)
     produced, mid_copy = 0, 0
-    for round_ in range(4):
+    for round_ in range(3):
         produced = await burst(primary.bootstrap, topic, produced, BURST)
         copied = await target_total(backup, remote)
         async with replicator(config, tmp_path, name=f"r{round_}") as proc:
@@ -215,7 +215,7 @@ async def test_worker_hand_over_after_sigkill_copies_nothing_twice(
         await admin.CreateFlow(admin_pb2.CreateFlowRequest(spec=flow_spec(a, b, topic)))
         produced = 0
         for victim, heir in (("w1", "w2"), ("w2", "w3")):
-            produced = await burst(primary.bootstrap, topic, produced, BURST)
+            produced = await burst(primary.bootstrap, topic, produced, BURST // 2)
             copied = await target_total(backup, remote)
             await grows_past(backup, remote, copied + 3000)
             await d.worker(heir)
@@ -358,7 +358,7 @@ async def test_a_fenced_worker_lets_go_only_when_nothing_it_sent_can_land_later(
                 admin = d.admin(await d.leader())
                 await admin.CreateFlow(admin_pb2.CreateFlowRequest(
                     spec=flow_spec(a, b, topic)))
-                produced = await burst(primary.bootstrap, topic, 0, BURST // 2)
+                produced = await burst(primary.bootstrap, topic, 0, BURST // 4)
                 await grows_past(target, remote, 2000)
                 os.kill(target.pid, signal.SIGKILL)  # batches in flight stay in the client
                 # The controller stops answering: w1 fences itself and lets go; after the
@@ -370,7 +370,7 @@ async def test_a_fenced_worker_lets_go_only_when_nothing_it_sent_can_land_later(
                     return "stopping every partition" in d.workers["w1"].log_path.read_text()
                 await wait_for(fenced, 30, "w1 never fenced itself")
                 await d.controllers["c1"].signal(signal.SIGCONT)
-                await burst(primary.bootstrap, topic, produced, BURST // 4)
+                await burst(primary.bootstrap, topic, produced, BURST // 10)
                 target = await start_broker("durable", port=port, storage=storage,
                                             log_dir=tmp_path / "again")
                 await assert_exactly_once(primary, target, topic, remote, timeout=120)

@@ -92,7 +92,7 @@ async def test_sigterm_then_restart_copies_nothing_twice(
         assert target == source, f"partition {p}: target differs from source after SIGTERM"
 
 
-async def test_sigkill_then_restart_loses_nothing_and_repeats_only_what_was_in_flight(
+async def test_sigkill_then_restart_copies_every_record_exactly_once(
         primary: LocalBroker, backup: LocalBroker, unique: str, tmp_path: Path) -> None:
     topic = f"{unique}-crash"
     await create_topic(primary.bootstrap, topic, PARTITIONS)

@@ -31,16 +31,18 @@ from mirrorline.core.settings import FlowSettings
 from mirrorline.core.tail_match import Verdict
 from mirrorline.core.topics import OFFSET_MAP_RETENTION_MS, offset_map_topic
 from mirrorline.kafka.admin import ClusterAdmin, TopicSpec
-from mirrorline.kafka.producer_abort import abort_producer
 from mirrorline.replicator.bookkeeping import OffsetMapWriter, OffsetSyncSender
 from mirrorline.replicator.checker import TargetChecker
 from mirrorline.replicator.clients import FlowClients
 from mirrorline.replicator.delivery import DeliveryLoop
 from mirrorline.replicator.discovery import DiscoveryResult, RemoteTopic, TopicDiscovery
 from mirrorline.replicator.exactly_once import check_exactly_once
+from mirrorline.replicator.flow_status import partition_views
 from mirrorline.replicator.metrics import PartitionMetrics, ReplicationMetrics
 from mirrorline.replicator.progress import ProgressStore
 from mirrorline.replicator.pump import Delivered, PartitionPump, PumpState
+from mirrorline.replicator.sending import abort_sends, reopen_producer
+from mirrorline.replicator.source_faults import out_of_range, truncated
 from mirrorline.replicator.starting import Start, StartPlanner
 from mirrorline.v1 import flows_pb2
 
@@ -50,14 +52,6 @@ log = logging.getLogger(__name__)
 MAX_BACKLOG_CHUNKS = 4
 #: A partition let go with a batch in flight says why it waits, this often.
 RELEASE_WAIT_S = 10.0
-
-
-_PARTITION_STATES = {
-    PumpState.RUNNING: flows_pb2.PARTITION_STATE_RUNNING,
-    PumpState.PAUSED: flows_pb2.PARTITION_STATE_PAUSED,
-    PumpState.ERROR: flows_pb2.PARTITION_STATE_ERROR,
-    PumpState.STOPPED: flows_pb2.PARTITION_STATE_PAUSED,
-}
 
 
 class FlowState(enum.Enum):
@@ -222,35 +216,17 @@ class FlowReplicator:
         """Cancel every batch in flight now, so none of them can land later (fencing,
         stopping): a partition let go must not deliver anything afterwards. Partitions
         still running check the target before sending those records again."""
-        producer, delivery = self._producer, self._delivery
-        if producer is None or delivery is None:
-            return
-        log.warning("%s: cancelling %d batches in flight: %s", self.name, delivery.in_flight,
-                    reason)
-        self._producer = delivery.producer = None
-        await abort_producer(producer, reason)
-        await delivery.settle_all()
-        if not self._stopping:
-            self._tasks.append(asyncio.create_task(self._reopen_producer(),
-                                                   name=f"{self.name} reopen producer"))
+        if self._clients is not None and self._delivery is not None:
+            self._producer = None
+            await abort_sends(self.name, self._clients, self._delivery, reason)
+            if not self._stopping:
+                self._tasks.append(asyncio.create_task(self._reopen_producer(),
+                                                       name=f"{self.name} reopen producer"))
 
     async def _reopen_producer(self) -> None:
-        attempt = 0
-        while not self._stopping and self._clients is not None:
-            try:
-                producer = await self._clients.reopen_producer()
-            except Exception as exc:
-                delay = self._backoff.delay(attempt)
-                attempt += 1
-                log.warning("%s: cannot open a producer on %s (%r); retrying in %.1fs",
-                            self.name, self.flow.target, exc, delay)
-                await asyncio.sleep(delay)
-                continue
-            self._producer = producer
-            if self._delivery is not None:
-                self._delivery.producer = producer
-            self._wake_delivery()
-            return
+        if self._clients is not None and self._delivery is not None:
+            self._producer = await reopen_producer(self.name, self._clients, self._delivery,
+                                                   self._backoff)
 
     def _wake_delivery(self) -> None:
         if self._delivery is not None:
@@ -472,30 +448,7 @@ class FlowReplicator:
 
     async def _out_of_range(self, offsets: Mapping[TopicPartition, int]) -> None:
         assert self._consumer is not None
-        tps = [tp for tp in offsets if tp in self._pumps]
-        if not tps:
-            return
-        begin = await self._consumer.beginning_offsets(tps)
-        end = await self._consumer.end_offsets(tps)
-        for tp in tps:
-            pump, fetch_offset = self._pumps[tp], offsets[tp]
-            if fetch_offset < begin[tp]:
-                lost = begin[tp] - fetch_offset
-                pump.skip_to(begin[tp], f"{lost} records (offsets {fetch_offset}.."
-                                        f"{begin[tp] - 1}) were removed from the source by "
-                                        "retention before they could be copied")
-                self._consumer.seek(tp, begin[tp])
-                if self._progress is not None:
-                    self._progress.save(tp.topic, tp.partition, begin[tp])
-            else:
-                self._truncated(tp, pump, end[tp])
-
-    def _truncated(self, tp: TopicPartition, pump: PartitionPump, end: int) -> None:
-        pump.fail(f"source log end offset {end} is below the next offset to copy "
-                  f"{pump.fetch_position}: the source partition was truncated or recreated; "
-                  "records beyond its end would be skipped silently")
-        if self._consumer is not None:
-            self._consumer.pause(tp)
+        await out_of_range(self._consumer, self._pumps, offsets, self._progress)
 
     async def _watch_loop(self) -> None:
         """Once a second: catch silent source truncation and flush delayed offset syncs."""
@@ -508,7 +461,7 @@ class FlowReplicator:
                     high = self._consumer.highwater(tp)
                     if (pump.state is PumpState.RUNNING and high is not None
                             and high < pump.fetch_position):
-                        self._truncated(tp, pump, high)
+                        truncated(self._consumer, tp, pump, high)
             if self._planner is not None and time.monotonic() - last_flush >= interval:
                 last_flush = time.monotonic()
                 self._planner.promote_delayed()
@@ -518,25 +471,8 @@ class FlowReplicator:
     # -- status -----------------------------------------------------------------------
     def partitions(self) -> list[flows_pb2.PartitionStatus]:
         """Every owned partition as GetStatus and the worker heartbeats report it."""
-        now = time.time()
-        views = []
-        for tp, pump in sorted(self._pumps.items(), key=lambda kv: (kv[0].topic, kv[0].partition)):
-            high = self._consumer.highwater(tp) if self._consumer is not None else None
-            lag = None if high is None else max(0, high - pump.next_offset)
-            last = pump.last_ack_record_ts
-            latency = now * 1000.0 - last if last is not None else -1.0
-            metrics = self._pump_metrics.get(tp)
-            views.append(flows_pb2.PartitionStatus(
-                flow=self.name, source_topic=tp.topic, target_topic=pump.target_topic,
-                partition=tp.partition, source_end_offset=-1 if high is None else high,
-                next_offset=pump.next_offset, lag_records=-1 if lag is None else lag,
-                last_replication_latency_ms=latency,
-                lag_ms=0.0 if lag == 0 else (latency if lag is not None and last else -1.0),
-                state=_PARTITION_STATES[pump.state], error=pump.error or pump.notice or "",
-                records_replicated=pump.records_replicated, worker_id=self.worker_id,
-                records_per_second=metrics.records.rate(now, of_count=True) if metrics else 0.0,
-                bytes_per_second=metrics.value_bytes.rate(now) if metrics else 0.0))
-        return views
+        return partition_views(self.name, self.worker_id, self._pumps, self._consumer,
+                               self._pump_metrics)
 
     @property
     def healthy(self) -> bool:
