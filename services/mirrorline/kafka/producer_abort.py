@@ -44,5 +44,14 @@ async def abort_producer(producer: AIOKafkaProducer, reason: str) -> None:
         await inner.client.close()  # requests on the wire fail now, nothing is re-sent
     if task is not None:
         await asyncio.gather(task, return_exceptions=True)
-    inner._message_accumulator.fail_all(SendAborted(reason))
+    accumulator = inner._message_accumulator
+    # A batch re-queued for a retry still carries the callback that removes it from the
+    # pending set when it completes; put it back there so failing it is not an error.
+    for batches in accumulator._batches.values():
+        accumulator._pending_batches.update(batches)
+    failed = list(accumulator._pending_batches)
+    accumulator.fail_all(SendAborted(reason))
+    for batch in failed:  # whoever awaits them sees the error; nobody else must warn
+        if batch.future.done() and not batch.future.cancelled():
+            batch.future.exception()
     log.debug("producer aborted: %s", reason)

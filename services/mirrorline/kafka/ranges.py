@@ -19,6 +19,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import OffsetOutOfRangeError
 
 from mirrorline.kafka.records import Record
+from mirrorline.kafka.watermarks import high_watermarks
 
 
 @dataclass
@@ -45,13 +46,31 @@ async def read_ranges(consumer_kwargs: Mapping[str, Any], ranges: Mapping[TopicP
     """Fill every range in place (bounded by `timeout` overall)."""
     if not ranges:
         return
+    deadline = time.monotonic() + timeout
+    # Learn each end first: some brokers never answer a fetch beyond the end (they wait
+    # for records instead of saying OFFSET_OUT_OF_RANGE), and a missing partition must
+    # not be waited for either.
+    ends = await high_watermarks(consumer_kwargs, {tp.topic for tp in ranges},
+                                 timeout=timeout)
+    open_: dict[TopicPartition, Range] = {}
+    for tp, r in ranges.items():
+        end = ends.get(tp)
+        r.end = end
+        if end is None:
+            r.error = f"partition {tp.partition} of {tp.topic!r} not found"
+        elif r.start > end:
+            r.error = f"offset {r.start} is beyond the end of the partition ({end})"
+        elif r.start < end and r.limit > 0:
+            open_[tp] = r
+    if not open_:
+        return
     kwargs = dict(consumer_kwargs)
     kwargs.pop("group_id", None)
     kwargs.update(enable_auto_commit=False, auto_offset_reset="none", fetch_max_wait_ms=100)
     consumer = AIOKafkaConsumer(**kwargs)
     await consumer.start()
     try:
-        await _read(consumer, dict(ranges), time.monotonic() + timeout)
+        await _read(consumer, open_, deadline)
     finally:
         await consumer.stop()
 

@@ -62,7 +62,7 @@ async def resume_points(*, source_consumer: Mapping[str, Any],
                         partitions: Mapping[TopicPartition, str],
                         progress: Mapping[tuple[str, int], int],
                         offset_syncs: Mapping[tuple[str, int], OffsetSync] | None = None,
-                        timeout: float = 30.0) -> dict[TopicPartition, ResumePoint]:
+                        timeout: float = 15.0) -> dict[TopicPartition, ResumePoint]:
     """Start point of each source partition in `partitions` (-> its remote topic).
 
     `progress`: durable next offset per (topic, partition); `offset_map` and
