@@ -101,7 +101,10 @@ DEFAULTS: Final[Mapping[str, str]] = MappingProxyType({
 #: Mirrorline's own settings live under `mirrorline.`; an unknown `mirrorline.*` key (a typo)
 #: is still reported. `mirrorline.deployment` names the deployment, so that several can share
 #: a home cluster: it prefixes the control-plane topics.
-MIRRORLINE_KEYS: Final[frozenset[str]] = frozenset({"mirrorline.deployment"})
+#: `mirrorline.resume.tail.match = false` turns off resuming partitions from the target's tail
+#: (they then resume from durable progress alone, at-least-once as MM2).
+MIRRORLINE_KEYS: Final[frozenset[str]] = frozenset({"mirrorline.deployment",
+                                                    "mirrorline.resume.tail.match"})
 
 #: Connect-worker keys that Mirrorline honours; they resolve flow > target cluster > top level.
 WORKER_KEYS: Final = frozenset({"offset.storage.replication.factor", "offset.flush.interval.ms"})

@@ -188,7 +188,8 @@ class FlowReplicator:
             self.name, consumer=clients.consumer, source_consumer=clients.source_consumer_kwargs,
             target_consumer=clients.target_consumer_kwargs, map_topic=map_topic,
             reset=flow.clients.source_consumer.get("auto.offset.reset", "earliest"),
-            syncs=syncs)
+            syncs=syncs, match_tail=flow.properties.get(
+                "mirrorline.resume.tail.match", "true").strip().lower() != "false")
         self._discovery = TopicDiscovery(flow, self.policy, source=clients.source_admin,
                                          target=clients.target_admin)
 

@@ -34,9 +34,12 @@ class StartPlanner:
     def __init__(self, flow: str, *, consumer: AIOKafkaConsumer,
                  source_consumer: Mapping[str, Any], target_consumer: Mapping[str, Any],
                  map_topic: str, reset: str,
-                 syncs: tuple[str, Mapping[str, Any]] | None = None) -> None:
-        """`syncs`: the offset-syncs topic and the consumer settings of its cluster."""
+                 syncs: tuple[str, Mapping[str, Any]] | None = None,
+                 match_tail: bool = True) -> None:
+        """`syncs`: the offset-syncs topic and the consumer settings of its cluster;
+        `match_tail` False: durable progress alone (`mirrorline.resume.tail.match`)."""
         self.flow = flow
+        self._match_tail = match_tail
         self._syncs = syncs
         self._consumer = consumer
         self._source = dict(source_consumer)
@@ -49,6 +52,8 @@ class StartPlanner:
         """Start offset and decision of every partition in `partitions` (-> remote topic)."""
         if not partitions:
             return {}
+        if not self._match_tail:
+            return await self._from_progress(partitions, progress)
         try:
             await self._follower.refresh()
         except Exception as exc:  # missing or unreadable map: what is known still counts
@@ -68,6 +73,19 @@ class StartPlanner:
                                      progress=progress, offset_syncs=newest)
         for point in points.values():
             log_resume_point(self.flow, point)
+        return await self._with_reset(points, progress)
+
+    async def _from_progress(self, partitions: Mapping[TopicPartition, str],
+                             progress: Mapping[tuple[str, int], int]
+                             ) -> dict[TopicPartition, Start]:
+        points = {tp: ResumePoint(progress.get((tp.topic, tp.partition)), Verdict.PROGRESS,
+                                  "") for tp in partitions}
+        return await self._with_reset(points, progress)
+
+    async def _with_reset(self, points: Mapping[TopicPartition, ResumePoint],
+                          progress: Mapping[tuple[str, int], int]
+                          ) -> dict[TopicPartition, Start]:
+        """Apply `auto.offset.reset` where nothing decided a start offset."""
         fresh = [tp for tp, p in points.items() if p.offset is None]
         reset: dict[TopicPartition, int] = {}
         if fresh:
