@@ -8,7 +8,9 @@ flow's clients and applies `auto.offset.reset` where nothing is known.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -54,26 +56,37 @@ class StartPlanner:
             return {}
         if not self._match_tail:
             return await self._from_progress(partitions, progress)
+        started = time.monotonic()
+        _, newest = await asyncio.gather(self._refresh_map(), self._newest_syncs())
+        read_at = time.monotonic()
+        points = await resume_points(source_consumer=self._source,
+                                     target_consumer=self._target,
+                                     offset_map=self._follower.map, partitions=partitions,
+                                     progress=progress, offset_syncs=newest)
+        log.info("%s: start offsets of %d partitions from the target's tails in %.2fs "
+                 "(mapped points %.2fs, tails %.2fs)", self.flow, len(partitions),
+                 time.monotonic() - started, read_at - started, time.monotonic() - read_at)
+        for point in points.values():
+            log_resume_point(self.flow, point)
+        return await self._with_reset(points, progress)
+
+    async def _refresh_map(self) -> None:
         try:
             await self._follower.refresh()
         except Exception as exc:  # missing or unreadable map: what is known still counts
             log.warning("%s: reading the offset map %s failed (%r); tails are matched "
                         "from what was read before", self.flow, self._follower.topic, exc)
-        newest: dict[tuple[str, int], OffsetSync] = {}
-        if self._syncs is not None:
-            topic, kwargs = self._syncs
-            try:
-                newest = await newest_syncs(kwargs, topic)
-            except Exception as exc:
-                log.warning("%s: reading the newest offset syncs from %s failed (%r)",
-                            self.flow, topic, exc)
-        points = await resume_points(source_consumer=self._source,
-                                     target_consumer=self._target,
-                                     offset_map=self._follower.map, partitions=partitions,
-                                     progress=progress, offset_syncs=newest)
-        for point in points.values():
-            log_resume_point(self.flow, point)
-        return await self._with_reset(points, progress)
+
+    async def _newest_syncs(self) -> dict[tuple[str, int], OffsetSync]:
+        if self._syncs is None:
+            return {}
+        topic, kwargs = self._syncs
+        try:
+            return await newest_syncs(kwargs, topic)
+        except Exception as exc:
+            log.warning("%s: reading the newest offset syncs from %s failed (%r)",
+                        self.flow, topic, exc)
+            return {}
 
     async def _from_progress(self, partitions: Mapping[TopicPartition, str],
                              progress: Mapping[tuple[str, int], int]
