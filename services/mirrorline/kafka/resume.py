@@ -77,6 +77,7 @@ async def resume_points(*, source_consumer: Mapping[str, Any],
     targets = {tp: Range(a.target_offset, MAX_TAIL_RECORDS + 1) for tp, a in anchors.items()}
     await _read(target_consumer, {TopicPartition(partitions[tp], tp.partition): r
                                   for tp, r in targets.items()}, timeout, "target")
+    target_read = time.monotonic()
     sources = {tp: Range(anchors[tp].source_offset, len(r.records) + 1)
                for tp, r in targets.items()
                if not r.error and not r.truncated and r.records}
@@ -89,8 +90,8 @@ async def resume_points(*, source_consumer: Mapping[str, Any],
         points[tp] = decide(f"{tp.topic}-{tp.partition}", progress=saved, anchor=anchor,
                             match=match)
     if anchors:
-        log.debug("matched the target tails of %d partitions in %.3fs", len(anchors),
-                  time.monotonic() - started)
+        log.debug("tails of %d partitions: target read %.3fs, source read and match %.3fs",
+                  len(anchors), target_read - started, time.monotonic() - target_read)
     return points
 
 
