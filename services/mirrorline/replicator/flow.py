@@ -31,6 +31,7 @@ from mirrorline.core.settings import FlowSettings
 from mirrorline.core.tail_match import Verdict
 from mirrorline.core.topics import OFFSET_MAP_RETENTION_MS, offset_map_topic
 from mirrorline.kafka.admin import ClusterAdmin, TopicSpec
+from mirrorline.kafka.starts import Start, StartPlanner
 from mirrorline.replicator.bookkeeping import OffsetMapWriter, OffsetSyncSender
 from mirrorline.replicator.checker import TargetChecker
 from mirrorline.replicator.clients import FlowClients
@@ -43,7 +44,6 @@ from mirrorline.replicator.progress import ProgressStore
 from mirrorline.replicator.pump import Delivered, PartitionPump, PumpState
 from mirrorline.replicator.sending import abort_sends, reopen_producer
 from mirrorline.replicator.source_faults import out_of_range, truncated
-from mirrorline.replicator.starting import Start, StartPlanner
 from mirrorline.v1 import flows_pb2
 
 log = logging.getLogger(__name__)

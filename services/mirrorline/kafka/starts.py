@@ -1,9 +1,11 @@
-"""Where the partitions a flow takes on start: the shared resume decision, plus the reset
-policy for partitions that were never copied.
+"""Where the partitions an owner takes on start: the one resume decision for every owner.
 
-The decision itself (durable progress checked against the target's tail) lives in
-`mirrorline.kafka.resume`, shared with the Spark executor; this module only feeds it the
-flow's clients and applies `auto.offset.reset` where nothing is known.
+Every component that starts copying a partition -- the replicator at process start and on
+a hand-over between workers, the Spark executor on a hand-over to or from it -- asks a
+`StartPlanner` (one per flow, kept for the owner's life so the offset map is read
+incrementally). It gathers the exactly mapped points (the offset map, the newest offset
+syncs), lets `mirrorline.kafka.resume` match the target's tails against the source, and
+applies `auto.offset.reset` where nothing is known.
 """
 
 from __future__ import annotations
