@@ -68,8 +68,8 @@ async def read_ranges(consumer_kwargs: Mapping[str, Any], ranges: Mapping[TopicP
     kwargs.pop("group_id", None)
     kwargs.update(enable_auto_commit=False, auto_offset_reset="none", fetch_max_wait_ms=100)
     consumer = AIOKafkaConsumer(**kwargs)
-    await consumer.start()
     try:
+        await consumer.start()
         await _read(consumer, open_, deadline)
     finally:
         await consumer.stop()

@@ -57,10 +57,12 @@ class TargetChecker:
         for pump in pumps:
             assert pump.target_end is not None
             ranges[pump] = Range(pump.target_end, MAX_TAIL_RECORDS)
+        answered = True
         try:
             await read_ranges(self._target, {TopicPartition(p.target_topic, p.partition): r
                                              for p, r in ranges.items()}, timeout=10.0)
         except Exception as exc:  # the target is unreachable: nothing is sent meanwhile
+            answered = False
             for r in ranges.values():
                 r.error = r.error or repr(exc)
         now = time.monotonic()
@@ -68,7 +70,8 @@ class TargetChecker:
             if pump.unverified is None or not pump.check_due(now):
                 continue  # stopped or released meanwhile
             if r.error or r.end is None:
-                pump.check_failed(r.error or "no answer from the target", now)
+                pump.check_failed(r.error or "no answer from the target", now,
+                                  answered=answered)
                 continue
             landed = None if r.truncated else already_landed(r.records, pump.unverified)
             delivered = pump.checked(landed, r.end, now)

@@ -42,6 +42,10 @@ from mirrorline.kafka.records import Record
 
 log = logging.getLogger(__name__)
 
+#: Checks of a target that answers but cannot serve the records after a partition's known
+#: end, before those records are sent again unchecked.
+MAX_UNREADABLE_CHECKS = 3
+
 #: Errors that mean "the target will never accept these bytes as they are".
 RECORD_REJECTED = (MessageSizeTooLargeError, RecordListTooLargeError, RecordTooLargeError,
                    CorruptRecordException)
@@ -94,6 +98,7 @@ class PartitionPump:
         self.target_end: int | None = None
         #: Target records found between this pump's batches (duplicates it detected).
         self.unexpected_records = 0
+        self._unreadable = 0
         #: Records of a failed produce that may have landed; checked before re-sending.
         self.unverified: list[Record] | None = None
 
@@ -302,6 +307,7 @@ class PartitionPump:
         records = self.unverified
         assert records is not None, "checked() without unverified records"
         self.unverified = None
+        self._unreadable = 0
         count = landed.count if landed is not None else 0
         if count < len(records):
             self._forced.appendleft(records[count:])
@@ -326,8 +332,22 @@ class PartitionPump:
         self._retry_at = now
         return delivered
 
-    def check_failed(self, reason: str, now: float) -> None:
-        """The target could not be read: try again after a backoff, sending nothing."""
+    def check_failed(self, reason: str, now: float, *, answered: bool = False) -> None:
+        """The target could not be read: try again after a backoff, sending nothing. A
+        target that answers but cannot serve the range (`answered`) is given
+        `MAX_UNREADABLE_CHECKS` tries; then the records are sent again unchecked, loudly."""
+        self._unreadable = self._unreadable + 1 if answered else 0
+        if self._unreadable >= MAX_UNREADABLE_CHECKS and self.unverified is not None:
+            records, self.unverified = self.unverified, None
+            self._forced.appendleft(records)
+            self.target_end = None
+            self._unreadable = 0
+            self.error = (f"cannot tell whether {len(records)} records from offset "
+                          f"{records[0].offset} reached the target ({reason}); sent again, "
+                          "they may be on the target twice")
+            log.warning("%s %s-%d: %s", self.flow, self.source_topic, self.partition,
+                        self.error)
+            return
         delay = self._backoff.delay(self._attempt)
         self._attempt += 1
         self._retry_at = now + delay
