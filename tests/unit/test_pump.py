@@ -20,7 +20,7 @@ from aiokafka.errors import KafkaConnectionError, MessageSizeTooLargeError
 from mirrorline.core.backoff import Backoff
 from mirrorline.core.tail_match import Landed
 from mirrorline.replicator.delivery import DeliveryLoop
-from mirrorline.replicator.pump import Delivered, PartitionPump, PumpState
+from mirrorline.replicator.pump import MAX_UNREADABLE_CHECKS, Delivered, PartitionPump, PumpState
 
 MAX_VALUE = 1000
 
@@ -233,3 +233,20 @@ def test_a_stopped_pump_forgets_unverified_records() -> None:
     pump.failed(KafkaConnectionError("down"), now=0.0)
     pump.stop()
     assert pump.unverified is None and pump.idle and pump.next_offset == 0
+
+
+def test_a_target_that_answers_but_cannot_serve_the_range_is_given_up_on_loudly() -> None:
+    producer = StandInProducer(capacity=4)
+    pump = pump_for()
+    pump.target_end = 10
+    pump.offer([Rec(0, b"a"), Rec(1, b"b")])  # type: ignore[list-item]
+    pump.build(producer)
+    pump.failed(KafkaConnectionError("down"), now=0.0)
+    for attempt in range(MAX_UNREADABLE_CHECKS - 1):
+        pump.check_failed("reading took too long", now=float(attempt), answered=True)
+        assert pump.unverified is not None
+    pump.check_failed("reading took too long", now=5.0, answered=True)
+    assert pump.unverified is None and pump.target_end is None
+    assert "may be on the target twice" in (pump.error or "")
+    pump.build(producer)
+    assert [r.offset for r in pump._in_flight or []] == [0, 1]
