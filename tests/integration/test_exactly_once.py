@@ -381,7 +381,9 @@ async def test_a_fenced_worker_lets_go_only_when_nothing_it_sent_can_land_later(
                     spec=flow_spec(a, b, topic)))
                 produced = await burst(primary.bootstrap, topic, 0, BURST // 4)
                 await grows_past(target, remote, 2000)
-                await stop_broker_async(target.pid)  # batches in flight stay in the client
+                # Killed, not stopped: the client keeps its batches in flight and retries
+                # them until they expire -- exactly what a fenced worker must cancel.
+                os.kill(target.pid, signal.SIGKILL)
                 # The controller stops answering: w1 fences itself and lets go; after the
                 # lease the partitions go to whoever heartbeats.
                 await d.controllers["c1"].signal(signal.SIGSTOP)
@@ -396,7 +398,7 @@ async def test_a_fenced_worker_lets_go_only_when_nothing_it_sent_can_land_later(
                                             log_dir=tmp_path / "again")
                 await assert_exactly_once(primary, target, topic, remote, timeout=120)
                 log = d.workers["w1"].log_path.read_text()
-            assert "cancelling" in log and "fenced" in log
+            assert "batches in flight: fenced" in log and "cancelling 0 " not in log
         finally:
             await stop_broker_async(target.pid)
 
