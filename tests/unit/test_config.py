@@ -742,7 +742,7 @@ def test_the_deployment_name_is_read_and_checked() -> None:
                                  "offset.storage.topic", "dedicated.mode.enable.internal.rest",
                                  "listeners", "a->b.tasks.max", "b.offset.storage.topic",
                                  "metric.reporters",
-                                 "errors.tolerance", "exactly.once.source.support"])
+                                 "errors.tolerance", "transaction.boundary"])
 def test_keys_without_effect(key: str) -> None:
     settings = load(f"{key} = x\n")
     assert [(w.key, w.message) for w in settings.warnings] == [

@@ -33,3 +33,9 @@ def test_the_worker_key_of_the_target_cluster() -> None:
         "b.exactly.once.source.support", "enabled", True)
     assert request("exactly.once.source.support = preparing\n") == (
         "exactly.once.source.support", "preparing", False)
+
+
+def test_the_keys_are_not_reported_as_without_effect() -> None:
+    settings = parse_config(BASE + "exactly.once.support = requested\n"
+                                   "b.exactly.once.source.support = enabled\n")
+    assert not [w for w in settings.warnings if "exactly.once" in (w.key or "")]
