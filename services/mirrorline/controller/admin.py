@@ -16,6 +16,7 @@ from typing import Any, NoReturn, Protocol
 import grpc
 
 from mirrorline.controller import status
+from mirrorline.controller.audit import MAX_HISTORY, history
 from mirrorline.controller.discovery import Discoveries
 from mirrorline.controller.failback import Failback, FailbackError, confirmation
 from mirrorline.controller.workers import WorkerRegistry
@@ -35,6 +36,7 @@ from mirrorline.core.settings import MirrorSettings
 from mirrorline.v1 import (
     admin_pb2,
     admin_pb2_grpc,
+    audit_pb2,
     control_pb2,
     failover_pb2,
     failover_pb2_grpc,
@@ -201,6 +203,14 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
                           context: Context) -> admin_pb2.ListWorkersResponse:
         await self._c.require_leader(context)
         return status.workers(self._c.state, self._c.registry)
+
+    async def History(self, request: audit_pb2.HistoryRequest,
+                      context: Context) -> audit_pb2.HistoryResponse:
+        await self._c.require_leader(context)
+        limit = request.limit or 100
+        if not 0 < limit <= MAX_HISTORY:
+            await _invalid(context, "limit", f"must be between 1 and {MAX_HISTORY}")
+        return history(self._c.state, request.flow, limit)
 
     # -- offsets and disaster recovery ----------------------------------------------------
     async def TranslateOffsets(self, request: failover_pb2.TranslateOffsetsRequest,

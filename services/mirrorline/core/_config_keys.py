@@ -101,7 +101,14 @@ DEFAULTS: Final[Mapping[str, str]] = MappingProxyType({
 #: Mirrorline's own settings live under `mirrorline.`; an unknown `mirrorline.*` key (a typo)
 #: is still reported. `mirrorline.deployment` names the deployment, so that several can share
 #: a home cluster: it prefixes the control-plane topics.
-MIRRORLINE_KEYS: Final[frozenset[str]] = frozenset({"mirrorline.deployment"})
+MIRRORLINE_KEYS: Final[frozenset[str]] = frozenset({
+    "mirrorline.deployment",
+    # gRPC transport security and authentication (see mirrorline.core.security).
+    "mirrorline.grpc.tls.certificate", "mirrorline.grpc.tls.key", "mirrorline.grpc.tls.ca",
+    "mirrorline.grpc.tls.client.auth.required", "mirrorline.grpc.tls.server.name",
+    "mirrorline.grpc.insecure", "mirrorline.admin.tokens.file",
+    "mirrorline.grpc.service.token.file",
+})
 
 #: Connect-worker keys that Mirrorline honours; they resolve flow > target cluster > top level.
 WORKER_KEYS: Final = frozenset({"offset.storage.replication.factor", "offset.flush.interval.ms"})
