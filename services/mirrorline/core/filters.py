@@ -21,7 +21,7 @@ from enum import IntEnum
 from typing import Final, Literal, Protocol
 
 from mirrorline.core.errors import ConfigError
-from mirrorline.core.javaregex import JavaRegexIncompatible, compile_java
+from mirrorline.core.javaregex import JavaPattern, JavaRegexIncompatible, compile_java
 from mirrorline.core.policy import ReplicationPolicy, is_cycle
 
 __all__ = [
@@ -78,7 +78,7 @@ def parse_list(value: str) -> tuple[str, ...]:
     return tuple(_LIST_SEPARATOR.split(trimmed))
 
 
-def compile_patterns(patterns: Sequence[str], *, key: str) -> re.Pattern[str] | None:
+def compile_patterns(patterns: Sequence[str], *, key: str) -> JavaPattern | None:
     """Compile a pattern list as MM2 does: ``|``-joined, for full-name matching.
 
     Returns None for an empty list, meaning "matches nothing".  Each item is checked on its
