@@ -74,9 +74,9 @@ def make_certs(directory: Path) -> None:
                    capture_output=True)
     # A certificate the CA signed for someone the tokens file does not list.
     subprocess.run(
-        f"openssl req -newkey rsa:2048 -nodes -keyout stranger.key -out stranger.csr "
-        f"-subj /CN=stranger && openssl x509 -req -in stranger.csr -CA ca.pem -CAkey ca.key "
-        f"-CAcreateserial -out stranger.pem -days 2", shell=True, check=True, cwd=directory,
+        "openssl req -newkey rsa:2048 -nodes -keyout stranger.key -out stranger.csr "
+        "-subj /CN=stranger && openssl x509 -req -in stranger.csr -CA ca.pem -CAkey ca.key "
+        "-CAcreateserial -out stranger.pem -days 2", shell=True, check=True, cwd=directory,
         capture_output=True)
 
 
