@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed-stamp
 PROTOS  := $(wildcard proto/mirrorline/v1/*.proto)
 
-.PHONY: install demo test test-unit lint bench proto proto-check clean
+.PHONY: install demo test test-unit lint bench proto proto-check clean certs compose-certs
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -31,6 +31,16 @@ lint: install
 bench: install
 	$(BIN)/python -m bench
 	$(BIN)/python -m bench.control_plane
+	$(BIN)/python -m bench.patterns
+
+# A local CA, service and client certificates and tokens for the gRPC APIs (openssl).
+CERTS ?= .mirrorline/certs
+certs:
+	sh deploy/make-certs.sh $(CERTS)
+
+# The same for docker compose (keys readable by the containers' user).
+compose-certs:
+	CERT_KEY_MODE=644 sh deploy/make-certs.sh deploy/compose/certs
 
 proto: install
 	mkdir -p services/mirrorline/v1 && touch services/mirrorline/v1/__init__.py

@@ -4,6 +4,7 @@
 #
 #   deploy/make-certs.sh [DIR]           (default .mirrorline/certs)
 #   CERT_HOSTS="DNS:mirrorline.example.com,IP:10.0.0.5" deploy/make-certs.sh DIR
+#   CERT_KEY_MODE=644 deploy/make-certs.sh DIR   (keys readable by a container's user)
 #
 # Writes into DIR:
 #   ca.pem, ca.key                         the CA (keep ca.key offline in production)
@@ -17,7 +18,7 @@
 set -eu
 DIR=${1:-.mirrorline/certs}
 DAYS=${CERT_DAYS:-825}
-HOSTS="DNS:localhost,IP:127.0.0.1,IP:::1,DNS:controller,DNS:checkpointer,DNS:replicator-0,DNS:replicator-1,DNS:mirrorline-controller,DNS:mirrorline-checkpointer,DNS:*.mirrorline-replicator,DNS:*.mirrorline.svc,DNS:*.mirrorline.svc.cluster.local${CERT_HOSTS:+,$CERT_HOSTS}"
+HOSTS="DNS:mirrorline-service,DNS:localhost,IP:127.0.0.1,IP:::1,DNS:controller,DNS:checkpointer,DNS:replicator-0,DNS:replicator-1,DNS:mirrorline-controller,DNS:mirrorline-checkpointer,DNS:*.mirrorline-replicator,DNS:*.mirrorline.svc,DNS:*.mirrorline.svc.cluster.local${CERT_HOSTS:+,$CERT_HOSTS}"
 mkdir -p "$DIR"
 umask 077
 cd "$DIR"
@@ -53,4 +54,7 @@ done
   for who in admin operator viewer; do echo "$who $who cert"; done
 } > tokens.txt
 chmod 644 ca.pem service.pem admin.pem operator.pem viewer.pem tokens.txt
+# Containers run as another user than the one who made the files: CERT_KEY_MODE=644 lets
+# them read the keys (docker compose on a developer's machine; Kubernetes uses fsGroup).
+chmod "${CERT_KEY_MODE:-600}" service.key admin.key operator.key viewer.key *.token
 echo "certificates and tokens in $DIR"

@@ -171,6 +171,16 @@ async def test_the_cli_works_over_mtls_and_the_audit_trail_names_who_changed_wha
     assert code == 1
 
 
+async def test_probes_check_health_with_the_deployments_tls(secured: Secured) -> None:
+    port = secured.d.controllers["c1"].grpc_port
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "mirrorline", "health", "--config", str(secured.d.path),
+        "--port", str(port), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()
+    assert out.decode().strip() == "SERVING"
+
+
 async def test_unknown_or_wrong_credentials_are_refused(secured: Secured) -> None:
     s = secured
     channel, stub = s.admin("stranger")  # CA-signed, but not in the tokens file
