@@ -294,3 +294,8 @@ def test_audit_arguments_mask_secrets() -> None:
     assert "secret stuff" not in masked and "pw" not in masked and "topics = x" in masked
     create = admin_pb2.CreateFlowRequest(spec=flows_pb2.FlowSpec(source="a", target="b"))
     assert audit.flow_of(create) == "a->b"
+
+
+def test_an_import_that_enables_no_flow_is_refused() -> None:
+    with pytest.raises(ConfigError, match="no flow is enabled"):
+        import_definitions("clusters = a, b\nb.bootstrap.servers = x:1\n", source="f")

@@ -191,6 +191,9 @@ def import_definitions(text: str, *, source: str | None = None
                 enabled.append((m.group(1), m.group(2)))
                 if len(enabled) > MAX_IMPORT_FLOWS:
                     raise ConfigError(key, f"more than {MAX_IMPORT_FLOWS} flows in one import")
+    if not enabled:
+        raise ConfigError(None, "no flow is enabled (set <source>-><target>.enabled = true)",
+                          source=source)
     out: dict[str, Definition] = {}
     for source_alias, target_alias in sorted(enabled):
         name = f"{source_alias}->{target_alias}"
