@@ -32,6 +32,7 @@ from mirrorline.grpcsecure import ClientCredentials
 from mirrorline.v1 import (
     admin_pb2,
     admin_pb2_grpc,
+    audit_pb2,
     coordinator_pb2,
     coordinator_pb2_grpc,
     failover_pb2,
@@ -279,6 +280,12 @@ async def test_a_scrape_outside_the_flow_or_of_an_internal_topic_is_refused(
                 assert victim in (info.value.details() or "")
         finally:
             await admin.ResumeFlow(admin_pb2.FlowRequest(name=s.flow), timeout=10)
+        # Refused attempts are in the audit trail too, with their outcome.
+        history = await admin.History(audit_pb2.HistoryRequest(flow=s.flow), timeout=10)
+        scrapes = [(e.identity, e.outcome) for e in history.entries
+                   if e.rpc == "ExecuteFailback"]
+        assert scrapes[-5:] == [("admin", "INVALID_ARGUMENT")] * 5
+        assert [e.rpc for e in history.entries][-1] == "ResumeFlow"
     finally:
         await channel.close()
     from aiokafka.admin import AIOKafkaAdminClient
@@ -297,12 +304,20 @@ async def test_a_catastrophic_pattern_leaves_every_service_healthy_and_replicati
     try:
         await admin.UpdateFlow(admin_pb2.UpdateFlowRequest(
             name=s.flow, set={"topics": f"{s.topic}, (a+)+$, (.+)+@"}), timeout=10)
+        services = (*s.d.controllers.values(), *s.d.workers.values(),
+                    *s.d.checkpointers.values())
+
+        async def all_serving() -> bool:
+            # A worker restarts the changed flow, briefly NOT_SERVING; a service stuck in a
+            # backtracking match would not answer at all (60 `a`: hours of matching).
+            states = await asyncio.gather(*(p.health() for p in services))
+            return all(state == health_pb2.HealthCheckResponse.SERVING for state in states)
+        await wait_for(all_serving, 60, "a service is not SERVING with the pattern stored",
+                       interval=0.5)
         await produce(primary.bootstrap, s.topic, [Record(f"late{i}".encode(), partition=i % 2)
                                                    for i in range(10)])
         await consume_all(backup.bootstrap, f"{s.source}.{s.topic}", expected=30, timeout=60)
-        for proc in (*s.d.controllers.values(), *s.d.workers.values(),
-                     *s.d.checkpointers.values()):
-            assert await proc.health() == health_pb2.HealthCheckResponse.SERVING, proc.args[0]
+        await wait_for(all_serving, 60, "a service stopped SERVING", interval=0.5)
 
         async def running() -> bool:
             report = await admin.GetStatus(admin_pb2.GetStatusRequest(flow=s.flow), timeout=5)
