@@ -191,6 +191,22 @@ async def test_unknown_or_wrong_credentials_are_refused(secured: Secured) -> Non
         assert info.value.code() is grpc.StatusCode.UNAUTHENTICATED
     finally:
         await channel.close()
+    channel, stub = s.admin("stranger")
+    try:  # streams are checked like every other call
+        stream = stub.WatchStatus(admin_pb2.WatchStatusRequest(interval_ms=500), timeout=10)
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await stream.read()
+        assert info.value.code() is grpc.StatusCode.UNAUTHENTICATED
+    finally:
+        await channel.close()
+    channel, stub = s.admin("viewer")
+    try:
+        stream = stub.WatchStatus(admin_pb2.WatchStatusRequest(interval_ms=500), timeout=10)
+        report = await stream.read()
+        assert isinstance(report, admin_pb2.StatusReport) and report.flows
+        stream.cancel()
+    finally:
+        await channel.close()
     channel, stub = s.admin("viewer", token="not-a-token-of-this-deployment")
     try:
         with pytest.raises(grpc.aio.AioRpcError) as info:
@@ -380,3 +396,44 @@ async def test_plaintext_on_a_public_address_refuses_to_start(tmp_path: Path,
     _, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 2
     assert "without TLS" in err.decode() and "mirrorline.grpc.insecure" in err.decode()
+
+
+async def test_without_client_certificates_services_use_the_service_token(
+        primary: LocalBroker, backup: LocalBroker, tmp_path: Path) -> None:
+    """TLS without client authentication: people and services identify by token only."""
+    certs = tmp_path / "certs"
+    make_certs(certs)
+    tag = os.urandom(3).hex()
+    config = deployment_config(
+        {f"s{tag}": primary, f"d{tag}": backup}, {},
+        mirrorline_grpc_tls_certificate=str(certs / "service.pem"),
+        mirrorline_grpc_tls_key=str(certs / "service.key"),
+        mirrorline_grpc_tls_ca=str(certs / "ca.pem"),
+        mirrorline_admin_tokens_file=str(certs / "tokens.txt"),
+        mirrorline_grpc_service_token_file=str(certs / "service.token"))
+    ca = (certs / "ca.pem").read_bytes()
+    d = Deployment(config, tmp_path, lease_ms=3000, credentials=ClientCredentials(ca=ca))
+    try:
+        controller = await d.controller("c1")
+        await d.worker("w1")
+        server = f"127.0.0.1:{controller.grpc_port}"
+        anonymous = grpcsecure.channel(server, ClientCredentials(ca=ca))
+        viewer = grpcsecure.channel(server, ClientCredentials(
+            ca=ca, token=(certs / "viewer.token").read_text().strip()))
+        try:
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                await admin_pb2_grpc.AdminStub(anonymous).ListWorkers(
+                    admin_pb2.ListWorkersRequest(), timeout=10)
+            assert info.value.code() is grpc.StatusCode.UNAUTHENTICATED
+
+            async def registered() -> bool:
+                found = await admin_pb2_grpc.AdminStub(viewer).ListWorkers(
+                    admin_pb2.ListWorkersRequest(), timeout=10)
+                return [w.worker_id for w in found.workers if w.alive] == ["w1"]
+            await wait_for(registered, 40, "the worker never registered with its token",
+                           interval=0.5)
+        finally:
+            await anonymous.close()
+            await viewer.close()
+    finally:
+        await d.close()

@@ -146,6 +146,10 @@ def test_security_settings_are_read_from_the_properties() -> None:
     ({"mirrorline.grpc.tls.client.auth.required": "true"},
      "mirrorline.grpc.tls.client.auth.required"),
     ({"mirrorline.grpc.insecure": "yes"}, "mirrorline.grpc.insecure"),
+    ({"mirrorline.grpc.service.token.file": "s"}, "mirrorline.grpc.service.token.file"),
+    ({"mirrorline.grpc.tls.certificate": "s", "mirrorline.grpc.tls.key": "k",
+      "mirrorline.grpc.tls.ca": "c", "mirrorline.admin.tokens.file": "t"},
+     "mirrorline.admin.tokens.file"),
 ])
 def test_incomplete_security_settings_are_errors(raw: dict[str, str], key: str) -> None:
     with pytest.raises(ConfigError) as info:

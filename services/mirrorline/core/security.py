@@ -94,6 +94,15 @@ def grpc_security(raw: Mapping[str, str]) -> GrpcSecurity:
     if found.authenticates and not found.tls:
         raise ConfigError("mirrorline.admin.tokens.file", "bearer tokens need TLS "
                           "(mirrorline.grpc.tls.*): over plaintext anyone on the path reads them")
+    if found.service_token_file is not None and not found.tls:
+        raise ConfigError("mirrorline.grpc.service.token.file", "the service token is only "
+                          "sent over TLS (mirrorline.grpc.tls.*)")
+    if (found.authenticates and not found.client_auth_required
+            and found.service_token_file is None):
+        raise ConfigError("mirrorline.admin.tokens.file", (
+            "the services need an identity too: set mirrorline.grpc.service.token.file (a "
+            "token with role service), or mirrorline.grpc.tls.client.auth.required = true "
+            "with the service certificate's name listed with role service"))
     return found
 
 
