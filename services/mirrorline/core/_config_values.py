@@ -12,6 +12,8 @@ import re
 from collections.abc import Callable
 from typing import Final
 
+import re2
+
 from mirrorline.core import _config_keys as keys
 from mirrorline.core.policy import PolicyKind, policy_kind
 
@@ -22,8 +24,10 @@ SECURITY_PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 _INTEGER: Final = re.compile(r"[+-]?[0-9]+")
 # Kafka topic names may contain only these; aliases and separators end up inside topic names.
 _TOPIC_CHARS: Final = re.compile(r"[A-Za-z0-9._-]+")
-# What Kafka's ConfigTransformer treats as a config-provider reference.
-_PROVIDER_REF: Final = re.compile(r"\$\{[^}]*?:(?:[^}]*?:)?[^}]*?\}")
+# What Kafka's ConfigTransformer treats as a config-provider reference. Matched by RE2:
+# with a backtracking engine, a value such as "${" followed by thousands of ':' (which an
+# Admin API caller can send) takes minutes.
+_PROVIDER_REF: Final = re2.compile(r"\$\{[^}]*?:(?:[^}]*?:)?[^}]*?\}")
 _JAVA_LONG_MAX: Final = 2**63 - 1
 _JAVA_SHORT_MAX: Final = 2**15 - 1
 
