@@ -69,3 +69,12 @@ def test_a_value_that_would_stall_the_provider_reference_check_is_read_at_once()
     assert has_provider_reference("${file:/etc/secret.properties:password}")
     assert has_provider_reference("x ${env:HOME} y")
     assert not has_provider_reference("$HOME and {braces}")
+
+
+def test_a_list_with_a_long_run_of_spaces_splits_at_once() -> None:
+    """A regex split on `\\s*,\\s*` is quadratic on whitespace without a comma (2 s for a
+    16 000-character value, re-parsed by every service whenever settings are built)."""
+    from mirrorline.core.filters import parse_list
+
+    assert parse_list("a" + " " * 16_000 + "b") == ("a" + " " * 16_000 + "b",)
+    assert parse_list(" a ,\tb , ,c\x0b,") == ("a", "b", "", "c", "")
