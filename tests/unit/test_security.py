@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from pathlib import Path
 
 import pytest
 
@@ -303,3 +304,24 @@ def test_audit_arguments_mask_secrets() -> None:
 def test_an_import_that_enables_no_flow_is_refused() -> None:
     with pytest.raises(ConfigError, match="no flow is enabled"):
         import_definitions("clusters = a, b\nb.bootstrap.servers = x:1\n", source="f")
+
+
+def test_the_cli_reads_its_token_from_a_file_or_the_environment(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import argparse
+
+    from mirrorline.cli.admin_security import credentials
+
+    directory = tmp_path
+    (directory / "ca.pem").write_text("CA")
+    (directory / "token").write_text("from-the-file\n")
+    args = argparse.Namespace(ca=str(directory / "ca.pem"), cert=None, key=None,
+                              token_file=str(directory / "token"), server_name=None)
+    monkeypatch.setenv("MIRRORLINE_TOKEN", "from-the-environment")
+    assert credentials(args).token == "from-the-file"
+    args.token_file = None
+    found = credentials(args)
+    assert found.token == "from-the-environment" and found.ca == b"CA"
+    monkeypatch.setenv("MIRRORLINE_CA", str(directory / "ca.pem"))
+    args.ca = None
+    assert credentials(args).tls
