@@ -13,7 +13,7 @@ exactly what comes back from B.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,17 +62,19 @@ class Failback:
         return flow_settings(self.deployment, Definition(
             self.record.source, self.record.target, self.record.properties))
 
-    def refusal(self, topic: str) -> str | None:
-        """Why `topic` is not the flow's to scrape (`mirrorline.core.fencing`), or None."""
+    def refusal(self) -> Callable[[str], str | None]:
+        """Why a topic is not the flow's to scrape (`mirrorline.core.fencing`), or None."""
         flow = self._settings()
-        return scrape_refusal(topic, topic_filter=TopicFilter(flow.topics, flow.topics_exclude),
-                              policy=make_policy(flow.policy, self.record.source),
-                              target_alias=self.record.target)
+        topic_filter = TopicFilter(flow.topics, flow.topics_exclude)
+        policy = make_policy(flow.policy, self.record.source)
+        return lambda topic: scrape_refusal(topic, topic_filter=topic_filter, policy=policy,
+                                            target_alias=self.record.target)
 
     async def topics(self) -> dict[str, int]:
         """The forward flow's own topics on the old primary, with their partition counts."""
+        refusal = self.refusal()
         return {t: n for t, n in (await self.old_primary.topic_partitions()).items()
-                if self.refusal(t) is None}
+                if refusal(t) is None}
 
     async def plan(self, reverse_exists: bool) -> failover_pb2.FailbackPlan:
         flow = self._settings()
@@ -124,8 +126,8 @@ class Failback:
     async def scrape(self, names: Iterable[str]) -> tuple[list[str], list[str]]:
         """Delete and recreate the old primary's topics; delete groups that only read them."""
         names = list(names)
-        refused = [f"{t} ({why})" for t in sorted(set(names))
-                   if (why := self.refusal(t)) is not None]
+        refusal = self.refusal()
+        refused = [f"{t} ({why})" for t in sorted(set(names)) if (why := refusal(t)) is not None]
         if refused:
             raise ScrapeRefused(f"not topics of flow {self.record.name}; a scrape never "
                                 f"touches them: {', '.join(refused)}")
