@@ -63,6 +63,9 @@ class ClientCredentials:
             token = _read(token_file, "--token-file").decode().strip()
         if (certificate is None) != (key is None):
             raise ConfigError("--cert", "a client certificate needs both --cert and --key")
+        if certificate and ca is None:
+            raise ConfigError("--ca", "a client certificate is only used over TLS: give the "
+                                      "CA that signed the server's certificate")
         if token and ca is None:
             raise ConfigError("--ca", "a token is only sent over TLS: give the CA that "
                                       "signed the server's certificate")

@@ -190,6 +190,8 @@ def test_the_cli_follows_redirects_only_where_it_can_verify_the_server() -> None
 def test_a_token_is_never_sent_without_tls() -> None:
     with pytest.raises(ConfigError, match="only sent over TLS"):
         ClientCredentials.from_files(token="abc")
+    with pytest.raises(ConfigError, match="only used over TLS"):
+        ClientCredentials.from_files(certificate="c.pem", key="c.key")
 
 
 # -- request bounds -------------------------------------------------------------------------
