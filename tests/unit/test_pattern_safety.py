@@ -63,7 +63,7 @@ def test_ordinary_patterns_match_as_before() -> None:
 def test_a_value_that_would_stall_the_provider_reference_check_is_read_at_once() -> None:
     """`${` and thousands of `:` took a backtracking search minutes (cubic); any property
     value passes this check, including those sent through the Admin API."""
-    from mirrorline.core._config_values import has_provider_reference
+    from mirrorline.core._config_providers import has_reference as has_provider_reference
 
     assert not has_provider_reference("${" + ":" * 16_000)
     assert has_provider_reference("${file:/etc/secret.properties:password}")
