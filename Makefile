@@ -37,6 +37,7 @@ lint: install
 bench: install
 	$(BIN)/python -m bench
 	$(BIN)/python -m bench.control_plane
+	$(BIN)/python -m bench.resume
 	$(BIN)/python -m bench.patterns
 
 # A local CA, service and client certificates and tokens for the gRPC APIs (openssl).
