@@ -42,16 +42,20 @@ class Reconciler:
                    append: Append) -> bool:
         """One round; False when this controller turned out to be deposed."""
         tracked = []
-        self.broken.clear()
+        broken: dict[str, str] = {}
         for name, record in state.flows.items():
             try:
                 settings = flow_settings(self._deployment,
                                          Definition(record.source, record.target,
                                                     record.properties))
             except ConfigError as exc:
-                self.broken[name] = f"the flow no longer fits this deployment: {exc}"
+                broken[name] = f"the flow does not fit this deployment: {exc}"
                 continue
             tracked.append((settings, record.version))
+        for name in broken.keys() - self.broken.keys():
+            log.warning("flow %s is not run: %s", name, broken[name])
+        self.broken = broken
+        self._discoveries.broken = broken
         self._discoveries.sync(tracked)
         paused = {n for n, r in state.flows.items() if r.paused}
         await self._discoveries.refresh_due(paused)
@@ -60,7 +64,10 @@ class Reconciler:
         live = frozenset(self._registry.live())
         review = time.monotonic() - self._last_review >= LOAD_REVIEW_S
         allow_moves = live != self._known_live or review
-        result = plan(state, self._discoveries.desired(), live, self._registry.reports(),
+        desired = self._discoveries.desired()
+        waiting = self._discoveries.undiscovered()
+        desired.update({k: o.remote_topic for k, o in state.owners.items() if k.flow in waiting})
+        result = plan(state, desired, live, self._registry.reports(),
                       self._registry.loads(),
                       expired=self._registry.expired(state.workers()), allow_moves=allow_moves)
         for worker in result.expire:

@@ -79,14 +79,14 @@ class ControllerService:
         admins = {alias: dict(admin_kwargs(dict(c.connection))[0],
                               client_id=f"controller-{controller_id}|{alias}")
                   for alias, c in deployment.clusters.items()}
-        self.discoveries = Discoveries(admins)
+        self._wake = asyncio.Event()
+        self.discoveries = Discoveries(admins, on_refreshed=self._wake.set)
         self._reconciler = Reconciler(deployment, self.discoveries, self.registry)
         self._control: ControlLog | None = None
         self._leases: LeaseBoard | None = None
         self._election: Election | None = None
         self.telemetry: Telemetry | None = None
         self._tasks: list[asyncio.Task[None]] = []
-        self._wake = asyncio.Event()
         #: Why the control log cannot be used yet (None once connected).
         self.connect_error: str | None = "connecting to the home cluster"
         self._probe: ClusterProbe | None = None

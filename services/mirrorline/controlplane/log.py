@@ -103,7 +103,7 @@ class ControlLog:
             await self._reader.stop()
         if self._producer is not None:
             with contextlib.suppress(Exception):
-                await self._producer.stop()
+                await asyncio.wait_for(self._producer.stop(), 1.0)
 
     async def append(self, record: control_pb2.ControlRecord, timeout: float = 30.0
                      ) -> tuple[int, Outcome]:

@@ -15,6 +15,7 @@ or "timed out".
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import re
 import time
@@ -38,10 +39,8 @@ _CLASSES: Final = (
 
 class _Recorder(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
-        try:
+        with contextlib.suppress(Exception):  # a logging handler must never raise
             _recent.append((time.monotonic(), record.getMessage()))
-        except Exception:  # a logging handler must never raise
-            pass
 
 
 _recorder = _Recorder(level=logging.WARNING)
