@@ -34,6 +34,8 @@ class LeaseBoard:
     def __init__(self, *, consumer_kwargs: Mapping[str, Any], producer_kwargs: Mapping[str, Any],
                  topic: str = LEASE_TOPIC) -> None:
         self.topic = topic
+        self._consumer_kwargs = dict(consumer_kwargs)
+        self._position = -1
         self._reader = TopicReader(consumer_kwargs, topic)
         self._producer = AIOKafkaProducer(**dict(producer_kwargs, acks="all"))
         self._task: asyncio.Task[None] | None = None
@@ -51,6 +53,7 @@ class LeaseBoard:
         await self._reader.start(partitions=1)
         for record in await self._reader.read_to_end():
             self._observe(record, stale=True)
+            self._position = record.offset
         await self._producer.start()
         self._task = asyncio.create_task(self._tail(), name="controller lease")
 
@@ -79,10 +82,26 @@ class LeaseBoard:
             self.topic, lease.SerializeToString(), key=_KEY, partition=0), timeout)
 
     async def _tail(self) -> None:
+        position = self._position  # offset of the last renewal read
         while True:
             try:
-                for record in await self._reader.poll(timeout_ms=500):
+                records = await self._reader.poll(timeout_ms=500)
+                for record in records:
                     self._observe(record, stale=False)
+                    position = record.offset
+                end = self._reader.end_offsets().get(0)
+                if not records and end is not None and end <= position:
+                    # The topic went backwards (the home cluster restarted empty, say):
+                    # read the new one from its start, or renewals would go unseen.
+                    log.warning("the controller lease topic %s went backwards (it ends at "
+                                "offset %d, offset %d was read); reading it again from the "
+                                "start", self.topic, end, position)
+                    await self._reader.stop()
+                    self._reader = TopicReader(self._consumer_kwargs, self.topic)
+                    await self._reader.start(partitions=1)
+                    position = -1
+            except asyncio.CancelledError:
+                raise
             except Exception as exc:
                 log.warning("reading the controller lease failed (%r); retrying", exc)
                 await asyncio.sleep(1.0)
