@@ -96,7 +96,7 @@ class FlowTranslator:
 
     def _on_sync(self, record: Record) -> None:
         sync = self.bad_records.decode(record.topic, record.partition, record.offset,
-                                       lambda: OffsetSync.decode(record.key, record.value))
+                                       lambda: _valid_sync(record.key, record.value))
         if sync is not None:
             self.syncs.add(sync)
 
@@ -140,3 +140,11 @@ class FlowTranslator:
                 with contextlib.suppress(Exception):
                     await reader.stop()
             await asyncio.sleep(RETRY_S)
+
+
+def _valid_sync(key: bytes | None, value: bytes | None) -> OffsetSync:
+    """An offset sync that decodes but cannot be true is as bad as one that does not."""
+    sync = OffsetSync.decode(key, value)
+    if sync.partition < 0 or sync.upstream_offset < 0 or sync.downstream_offset < 0:
+        raise ValueError(f"impossible offset sync {sync}")
+    return sync
