@@ -175,3 +175,56 @@ async def test_bad_client_security_settings_under_run_exit_2_at_once(
     assert "configuration error" in text and "b." in text, text
     assert "Traceback" not in text and "started (pid" not in text, text
     assert "password='p'" not in text  # secrets never reach the output
+
+
+# -- one misconfigured cluster beside healthy ones ----------------------------------------------
+
+async def test_a_broken_cluster_delays_no_other_flow_and_invalid_flows_say_why(
+        primary: LocalBroker, backup: LocalBroker, unique: str, tmp_path: Path) -> None:
+    """`broken` speaks TLS to a plaintext listener: each request to it hangs until a
+    timeout (~40 s). The healthy flow's new topics must still be assigned within a few
+    refresh intervals (before, every reconcile round waited for the broken one). A flow in
+    the control log that does not fit the deployment, and garbage in the control log, are
+    reported, not hidden."""
+    from mirrorline.controlplane.home import control_topics
+    from mirrorline.core.config import load_config
+    from mirrorline.v1 import control_pb2, flows_pb2
+
+    config = deployment_config(
+        {"primary": primary, "backup": backup, "broken": primary},
+        {"primary->backup": {"topics": f"{unique}-.*"},
+         "broken->backup": {"topics": f"{unique}-.*"}},
+        broken_security_protocol="SSL", refresh_topics_interval_seconds="1")
+    await create_topic(primary.bootstrap, f"{unique}-first", 1)
+    async with deployment(config, tmp_path) as d:
+        await d.controller("c1")
+        await d.worker("w1")
+
+        async def owned(topic: str) -> bool:
+            return any(t == topic for t, _ in await d.owners())
+        await wait_for(lambda: owned(f"{unique}-first"), 20,
+                       "the healthy flow's topic was not assigned beside the broken flow")
+        await create_topic(primary.bootstrap, f"{unique}-second", 1)
+        await wait_for(lambda: owned(f"{unique}-second"), 20,
+                       "a new topic of the healthy flow waited for the broken flow")
+
+        # Garbage and a flow that does not fit, written straight into the control log.
+        status = await d.status()
+        topic = control_topics(load_config(str(d.path)))[0]
+        bad_flow = control_pb2.ControlRecord(
+            epoch=status.epoch, controller_id=status.controller_id,
+            flow_created=control_pb2.FlowCreated(spec=flows_pb2.FlowSpec(
+                source="backup", target="primary", properties={"topics": "("})))
+        await produce(backup.bootstrap, topic, [Record(b"\xff\xfe garbage"),
+                                                Record(bad_flow.SerializeToString())])
+
+        async def explained() -> bool:
+            flows = {f.flow: f for f in (await d.status()).flows}
+            bad = flows.get("backup->primary")
+            return (bad is not None and bad.state == flows_pb2.FLOW_STATE_ERROR
+                    and "topics" in bad.error)
+        await wait_for(explained, 20, "the invalid flow did not say why")
+        log = d.controllers["c1"].log_tail(500)
+        assert log.count(f"skipped a bad record at {topic}-0 offset") == 1
+        assert "Traceback" not in log
+        assert await owned(f"{unique}-first")  # nothing else was disturbed
