@@ -13,8 +13,16 @@ from pathlib import Path
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2
-from helpers import create_topic, produce, wait_for, Record
-from procs import Deployment, deployment, deployment_config, free_port
+from helpers import Record, consume_all, create_topic, produce, wait_for
+from procs import (
+    Deployment,
+    ServiceProcess,
+    deployment,
+    deployment_config,
+    free_port,
+    mm2_config,
+    replicator,
+)
 
 from mirrorline.dev.brokers import LocalBroker, start_broker, stop_broker_async
 from mirrorline.v1 import admin_pb2
@@ -51,12 +59,13 @@ async def test_a_home_cluster_restarted_empty_is_recognised_and_reseeded_without
             # A standby is ready (SERVING) and says it is a standby.
             assert await c2.health() == SERVING
             assert "standby" in await _admin_error(d, "c2")
+            k1 = await d.checkpointer("k1")  # checkpoints to the home cluster
+            await k1.wait_serving()
 
             await stop_broker_async(home.pid)
 
-            async def both_not_serving() -> bool:
-                return await c1.health() == NOT_SERVING and await c2.health() == NOT_SERVING
-            await wait_for(both_not_serving, 30, "health stayed SERVING with the home down")
+            await wait_for(lambda: _all(NOT_SERVING, c1, c2, k1), 30,
+                           "health stayed SERVING with the home cluster down")
 
             home = await start_broker("home", port=port, log_dir=tmp_path)
 
@@ -71,7 +80,7 @@ async def test_a_home_cluster_restarted_empty_is_recognised_and_reseeded_without
                     return False
                 return [f.name for f in flows.flows] == ["primary->home"]
             await wait_for(recovered, 60, "the controllers did not recover the emptied log")
-            await wait_for(both_not_serving_inverse(c1, c2), 30, "health did not recover")
+            await wait_for(lambda: _all(SERVING, c1, c2), 30, "health did not recover")
 
             # Steady: the same epoch over several lease periods (no claim/step-down loop).
             leader = await d.leader()
@@ -86,10 +95,8 @@ async def test_a_home_cluster_restarted_empty_is_recognised_and_reseeded_without
         await stop_broker_async(home.pid)
 
 
-def both_not_serving_inverse(*procs: object):  # type: ignore[no-untyped-def]
-    async def serving() -> bool:
-        return all([await p.health() == SERVING for p in procs])  # type: ignore[attr-defined]
-    return serving
+async def _all(status: int, *procs: ServiceProcess) -> bool:
+    return all([await p.health() == status for p in procs])
 
 
 # -- stopping and configuration errors under `mirrorline run` ---------------------------------
@@ -228,3 +235,30 @@ async def test_a_broken_cluster_delays_no_other_flow_and_invalid_flows_say_why(
         assert log.count(f"skipped a bad record at {topic}-0 offset") == 1
         assert "Traceback" not in log
         assert await owned(f"{unique}-first")  # nothing else was disturbed
+
+
+async def test_a_replicator_whose_target_went_down_stops_promptly_on_sigterm(
+        primary: LocalBroker, unique: str, tmp_path: Path) -> None:
+    """Records are in flight to a target that just went away (sends pending, progress
+    unsaved): SIGTERM must still end the process within 3 s, cleanly (before: 20 s+)."""
+    topic = f"{unique}-draining"
+    await create_topic(primary.bootstrap, topic, 2)
+    await produce(primary.bootstrap, topic, [Record(f"{i}".encode(), partition=i % 2)
+                                             for i in range(100)])
+    target = await start_broker("gone", log_dir=tmp_path)
+    config = mm2_config({"primary": primary, "gone": target}, {"primary->gone": {"topics": topic}})
+    try:
+        async with replicator(config, tmp_path) as rep:
+            await consume_all(target.bootstrap, f"primary.{topic}", expected=100)
+            await stop_broker_async(target.pid)
+            await wait_for(lambda: _all(NOT_SERVING, rep), 30, "the lost target was not reported")
+            await produce(primary.bootstrap, topic, [Record(f"late{i}".encode(), partition=0)
+                                                     for i in range(200)])
+            await rep.signal(signal.SIGTERM)
+            code = await rep.wait(timeout=3.0)
+            assert code == 0, rep.log_tail()
+            assert "Traceback" not in rep.log_tail(400)
+    finally:
+        await stop_broker_async(target.pid)
+
+

@@ -30,6 +30,7 @@ from mirrorline.grpcserver import ServiceServer
 from mirrorline.kafka.admin import ClusterAdmin
 from mirrorline.kafka.causes import explain
 from mirrorline.kafka.clients import admin_kwargs, build, consumer_kwargs, producer_kwargs
+from mirrorline.kafka.health import ClusterProbe
 from mirrorline.runtime import stop_within
 from mirrorline.telemetry import Telemetry, setup_telemetry
 from mirrorline.v1 import coordinator_pb2, coordinator_pb2_grpc, failover_pb2, failover_pb2_grpc
@@ -158,6 +159,8 @@ class CheckpointerService:
         self._changed = asyncio.Event()
         #: Why the control log cannot be read (managed mode); None when it can.
         self.error: str | None = None
+        #: One probe per flow target: checkpoints cannot be written while it is down.
+        self.probes: dict[str, ClusterProbe] = {}
 
     def runner(self, flow: str) -> FlowRunner | None:
         found = self.runners.get(flow)
@@ -221,6 +224,8 @@ class CheckpointerService:
                                          return_exceptions=True), 1.2, "stopping the flows")
         if self._control is not None:
             await stop_within(self._control.stop(), 0.3, "closing the control log reader")
+        await stop_within(asyncio.gather(*(p.stop() for p in self.probes.values()),
+                                         return_exceptions=True), 0.3, "closing the probes")
         await self._grpc.stop(grace=0.3)
         if self.telemetry is not None:
             await self.telemetry.stop()
@@ -276,10 +281,18 @@ class CheckpointerService:
         when managed, the control log is read."""
         if self._managed and self._control is None:
             return False
-        return all(r.healthy for _, r in self.runners.values())
+        return (all(r.healthy for _, r in self.runners.values())
+                and all(p.reachable for p in self.probes.values()))
 
     async def _health(self) -> None:
         while True:
+            for _, runner in list(self.runners.values()):
+                target = runner.flow.target
+                if target not in self.probes:
+                    self.probes[target] = probe = ClusterProbe(target, build(
+                        admin_kwargs, runner.flow.clients.target_admin,
+                        f"checkpointer-{self.instance_id}|probe"))
+                    probe.start()
             await self._grpc.set_serving(self.serving())
             await asyncio.sleep(1.0)
 

@@ -9,8 +9,9 @@ topic was deleted and recreated, or restored from an older backup. Offsets then 
 or the log ends before what was already applied. Carrying on from the old state would
 make every controller claim an epoch the new log does not know and lose it, forever.
 So a reader that sees the log go backwards says so at ERROR, forgets its state and
-replays the log as it is now: a genuinely empty log is re-seeded from the properties
-file by the next leader (and says so); a restored one continues from its own state.
+replays the log as it is now: a log that holds no seeded configuration any more (empty,
+or only a stray claim) is re-seeded from the properties file by the next leader, which
+says so; a restored one continues from its own state.
 """
 
 from __future__ import annotations
@@ -179,11 +180,12 @@ class ControlLog:
         self._outcomes.clear()
         for record in await self._reader.read_to_end():
             self._apply(record.offset, record.value)
-        if self.state.applied_offset < 0:
-            log.error("control log %s is empty: the next leader re-seeds it from the "
-                      "properties file; flows created or changed through the Admin API "
-                      "since the file was first seeded are lost and must be re-created",
-                      self.topic)
+        if not self.state.seeded:
+            log.error("control log %s holds no configuration now (%d records, none of them "
+                      "a seeded configuration): the next leader re-seeds it from the "
+                      "properties file; flows created or changed through the Admin API since "
+                      "the file was first seeded are lost and must be re-created", self.topic,
+                      self.state.applied_offset + 1)
         else:
             log.error("control log %s rebuilt from its %d records: epoch %d, %d flows "
                       "(before: epoch %d, %d flows); anything written after this copy was "
