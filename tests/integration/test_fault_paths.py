@@ -262,3 +262,33 @@ async def test_a_replicator_whose_target_went_down_stops_promptly_on_sigterm(
         await stop_broker_async(target.pid)
 
 
+
+
+async def test_connection_failures_say_what_went_wrong(
+        primary: LocalBroker, unique: str, tmp_path: Path) -> None:
+    """Before, all three read `Unable to bootstrap from [...]` (aiokafka's logger was
+    silenced and its generic error shown). The local broker has no SASL, so a PLAIN login
+    fails as an authentication failure; TLS against its plaintext listener gets no answer."""
+    jaas = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
+            "username=\"u\" password=\"secret-pw\";")
+    config = mm2_config(
+        {"primary": primary, "tls": primary, "sasl": primary,
+         "closed": f"127.0.0.1:{free_port()}"},
+        {"primary->tls": {"topics": unique}, "primary->sasl": {"topics": unique},
+         "primary->closed": {"topics": unique}},
+        tls_security_protocol="SSL", sasl_security_protocol="SASL_PLAINTEXT",
+        sasl_sasl_mechanism="PLAIN", sasl_sasl_jaas_config=jaas)
+    want = {"tls": "TLS handshake failed", "sasl": "authentication failed",
+            "closed": "connection refused"}
+    async with replicator(config, tmp_path, serving=False) as rep:
+        async def explained() -> bool:
+            try:
+                status = await rep.replicator_status()
+            except grpc.aio.AioRpcError:
+                return False
+            errors = {c.alias: c.error for c in status.clusters}
+            return all(kind in errors.get(alias, "") for alias, kind in want.items())
+        await wait_for(explained, 40, "the causes were not told apart")
+        assert await rep.health() == NOT_SERVING
+        log = rep.log_tail(400)
+        assert "secret-pw" not in log and "Traceback" not in log

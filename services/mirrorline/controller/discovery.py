@@ -140,7 +140,11 @@ class Discoveries:
                 for p in range(remote.partitions)
             }
         except Exception as exc:
-            flow.error = f"topic discovery failed: {explain(exc, self._servers(settings))}"
+            protocols = {self._admin_kwargs.get(a, {}).get("security_protocol")
+                         for a in (settings.source, settings.target)}
+            tls = "SSL" if protocols & {"SSL", "SASL_SSL"} else None
+            flow.error = (f"topic discovery failed: "
+                          f"{explain(exc, self._servers(settings), protocol=tls)}")
             log.warning("%s: %s", settings.name, flow.error)
             for alias in (settings.source, settings.target):
                 admin = self._admins.pop(alias, None)

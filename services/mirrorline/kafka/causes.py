@@ -63,24 +63,31 @@ def classify(text: str) -> str | None:
     return None
 
 
-def explain(exc: BaseException, servers: str | Iterable[str] | None = None) -> str:
+def explain(exc: BaseException, servers: str | Iterable[str] | None = None, *,
+            protocol: str | None = None, since: float | None = None) -> str:
     """One line for a failed connection: the kind of failure first, then the detail.
 
     `servers` are the cluster's bootstrap servers; aiokafka's latest message about one of
-    them gives the cause a generic "Unable to bootstrap" hides.
+    them gives the cause a generic "Unable to bootstrap" hides. `protocol` is the
+    client's security protocol: a TLS client talking to a plaintext listener gets no
+    answer at all, so a timeout there most likely is a TLS handshake that never finished.
+    `since` (a `time.monotonic()` value) ignores causes logged before the attempt began.
     """
     text = str(exc) or type(exc).__name__
     if isinstance(exc, TimeoutError) and not str(exc):
         text = "timed out"
-    cause = _latest_cause(servers)
-    if cause is not None and ("bootstrap" in text.lower() or text == "timed out"
-                              or classify(text) is None):
+    # A timeout of our own making means aiokafka never failed: there is no cause to borrow.
+    cause = None if isinstance(exc, TimeoutError) else _latest_cause(servers, since)
+    if cause is not None and ("bootstrap" in text.lower() or classify(text) is None):
         text = cause
     kind = classify(text)
+    if kind == "timed out" and protocol in ("SSL", "SASL_SSL"):
+        return (f"TLS handshake failed: {text} (security.protocol is {protocol}; a listener "
+                "that does not speak TLS never answers the handshake)")
     return f"{kind}: {text}" if kind is not None and not text.startswith(kind) else text
 
 
-def _latest_cause(servers: str | Iterable[str] | None) -> str | None:
+def _latest_cause(servers: str | Iterable[str] | None, since: float | None) -> str | None:
     if servers is None:
         return None
     names = [s.strip() for s in (servers.split(",") if isinstance(servers, str) else servers)
@@ -89,7 +96,7 @@ def _latest_cause(servers: str | Iterable[str] | None) -> str | None:
         return None
     now = time.monotonic()
     for when, message in reversed(_recent):
-        if now - when > _FRESH_S:
+        if now - when > _FRESH_S or (since is not None and when < since):
             break
         plain = message.replace('"', "")
         if any(name in plain for name in names):

@@ -46,6 +46,7 @@ class ClusterProbe:
 
     async def check(self) -> bool:
         """Probe once now (also used at start-up before anything else happens)."""
+        began = time.monotonic()
         try:
             if self._client is None:
                 self._client = AIOKafkaAdminClient(**self._kwargs)
@@ -53,7 +54,8 @@ class ClusterProbe:
             await asyncio.wait_for(self._client.describe_cluster(), self._timeout)
         except Exception as exc:
             await self._close_client()
-            detail = explain(exc, self._kwargs.get("bootstrap_servers"))
+            detail = explain(exc, self._kwargs.get("bootstrap_servers"),
+                             protocol=self._kwargs.get("security_protocol"), since=began)
             self._set(False, f"cluster {self.alias!r} unreachable: {detail}")
             return False
         self._set(True, None)
