@@ -28,7 +28,7 @@ from mirrorline.kafka.causes import quiet_aiokafka
 log = logging.getLogger(__name__)
 
 #: Time `stop()` gets after SIGTERM before the process gives up on it and exits.
-STOP_BUDGET_S = 1.5
+STOP_BUDGET_S = 1.7
 #: Time tasks still running after `stop()` get to finish once cancelled.
 CANCEL_BUDGET_S = 0.3
 

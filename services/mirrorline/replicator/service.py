@@ -146,9 +146,9 @@ class ReplicatorService:
         # Each part saves what it can (progress, offset map) within its own budget; a part
         # stuck on an unreachable cluster is abandoned rather than waited for.
         if self.agent is not None:
-            await stop_within(self.agent.stop(), 1.0, "stopping the worker's flows")
+            await stop_within(self.agent.stop(), 1.2, "stopping the worker's flows")
         await stop_within(asyncio.gather(*(f.stop() for f in self._standalone),
-                                         return_exceptions=True), 1.0, "stopping the flows")
+                                         return_exceptions=True), 1.2, "stopping the flows")
         if self._control is not None:
             await stop_within(self._control.stop(), 0.3, "closing the control log reader")
         await asyncio.gather(*(p.stop() for p in self.probes.values()), return_exceptions=True)
