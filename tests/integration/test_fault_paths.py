@@ -292,3 +292,29 @@ async def test_connection_failures_say_what_went_wrong(
         assert await rep.health() == NOT_SERVING
         log = rep.log_tail(400)
         assert "secret-pw" not in log and "Traceback" not in log
+
+
+async def test_a_checkpointer_that_cannot_checkpoint_is_not_serving(
+        backup: LocalBroker, unique: str, tmp_path: Path) -> None:
+    """Its source gone, the checkpointer cannot read the groups it checkpoints: before, it
+    logged `checkpointing failed` every round and reported SERVING throughout. It keeps
+    running (translation and failover work from the target) but says it is not serving."""
+    from procs import checkpointer
+
+    topic = f"{unique}-ck"
+    source = await start_broker("src", log_dir=tmp_path)
+    try:
+        await create_topic(source.bootstrap, topic, 1)
+        await produce(source.bootstrap, topic, [Record(b"x")])
+        config = mm2_config({"src": source, "backup": backup},
+                            {"src->backup": {"topics": topic,
+                                             "emit.checkpoints.interval.seconds": "1",
+                                             "refresh.groups.interval.seconds": "1"}})
+        async with replicator(config, tmp_path) as _, checkpointer(config, tmp_path) as chk:
+            await stop_broker_async(source.pid)
+            await wait_for(lambda: _all(NOT_SERVING, chk), 40,
+                           "the checkpointer stayed SERVING without its source")
+            assert "checkpointing failed" in chk.log_tail(200)
+            assert "Traceback" not in chk.log_tail(400)
+    finally:
+        await stop_broker_async(source.pid)
