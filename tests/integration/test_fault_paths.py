@@ -318,3 +318,23 @@ async def test_a_checkpointer_that_cannot_checkpoint_is_not_serving(
             assert "Traceback" not in chk.log_tail(400)
     finally:
         await stop_broker_async(source.pid)
+
+
+async def test_a_lone_worker_whose_home_cluster_is_down_stops_promptly(
+        tmp_path: Path) -> None:
+    """A `replicator --worker` still waiting for its home cluster (before: it ignored
+    SIGTERM for 40 s and more) retries with one line per attempt and stops at once."""
+    config = deployment_config({"a": f"127.0.0.1:{free_port()}",
+                                "b": f"127.0.0.1:{free_port()}"}, {"a->b": {}})
+    async with deployment(config, tmp_path) as d:
+        worker = await d.worker("w1")
+        await wait_for(lambda: _logged(worker, "home cluster 'b' unreachable: connection "
+                                               "refused", 2), 30, "no retry lines")
+        assert await worker.health() == NOT_SERVING
+        await worker.signal(signal.SIGTERM)
+        assert await worker.wait(timeout=3.0) == 0
+        assert "Traceback" not in worker.log_tail(400)
+
+
+async def _logged(proc: ServiceProcess, text: str, times: int) -> bool:
+    return proc.log_tail(400).count(text) >= times
