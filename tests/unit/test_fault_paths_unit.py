@@ -104,3 +104,23 @@ def test_bad_jaas_is_a_configuration_error_naming_the_prefixed_key_without_the_s
 
 def test_good_client_settings_pass() -> None:
     check_client_settings(_settings(""))
+
+
+async def test_controller_health_follows_connection_and_flapping() -> None:
+    """The controller's health verdict, without any cluster: not connected, connected and
+    steady, and leadership changing hands too often (the flapping the issue saw)."""
+    import time
+
+    from mirrorline.controller.service import FLAP_CHANGES, ControllerService
+
+    service = ControllerService(_settings(""), controller_id="c1")
+    serving, why = service.healthy
+    assert not serving and "connecting" in why
+    service.connect_error = None
+    assert service.healthy == (True, "")
+    now = time.monotonic()
+    service._changes = [now - i for i in range(FLAP_CHANGES)]
+    serving, why = service.healthy
+    assert not serving and "leadership changed" in why
+    service._changes = [now - 3600.0] * FLAP_CHANGES  # long ago: steady again
+    assert service.healthy == (True, "")
