@@ -7,7 +7,6 @@ other groups and undecodable records are skipped -- are testable without a broke
 from __future__ import annotations
 
 import functools
-import logging
 from collections.abc import Iterable
 from typing import TypeAlias
 
@@ -16,8 +15,6 @@ from mirrorline.core.wire import Checkpoint
 from mirrorline.kafka.records import Record
 
 __all__ = ["TranslatedOffsets", "fold_checkpoints"]
-
-log = logging.getLogger(__name__)
 
 #: (downstream topic, partition) -> (downstream offset, metadata), like Java's
 #: ``Map<TopicPartition, OffsetAndMetadata>``.
