@@ -97,7 +97,12 @@ async def stop_within(awaitable: Awaitable[object], budget: float, what: str) ->
     await asyncio.wait({task}, timeout=CANCEL_BUDGET_S)
     log.warning("%s took over %.1fs (a cluster does not answer); not waiting for it", what,
                 budget)
+    _abandoned.append(what)
     return False
+
+
+#: Stops given up on (see `stop_within`): their clients are left unclosed at exit.
+_abandoned: list[str] = []
 
 
 #: Allocations between young-generation collections (CPython's default is 700).
@@ -145,7 +150,10 @@ def _abandon_leftovers(loop: asyncio.AbstractEventLoop) -> None:
     stuck = [t for t in leftovers if not t.done()]
     if stuck:
         log.warning("%d tasks did not end when cancelled; exiting without them", len(stuck))
-        # Their destruction at exit would print "Task was destroyed but it is pending!".
+    if stuck or _abandoned:
+        # What was abandoned is destroyed at exit, and asyncio would report each piece
+        # ("Task was destroyed but it is pending!", "Unclosed AIOKafkaProducer") at ERROR
+        # after the service said it stopped; the warnings above already told why.
         logging.getLogger("asyncio").setLevel(logging.CRITICAL)
     else:
         with contextlib.suppress(BaseException):
