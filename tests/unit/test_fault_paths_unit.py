@@ -14,7 +14,7 @@ from mirrorline.core.offset_map import OffsetMap
 from mirrorline.core.progress import encode_offset, progress_problem, source_offset_key
 from mirrorline.core.settings import MirrorSettings
 from mirrorline.kafka import causes
-from mirrorline.kafka.client_check import check_client_settings
+from mirrorline.kafka.preflight import check_clients
 from mirrorline.v1.offset_map_pb2 import OffsetMapRecord
 
 
@@ -97,13 +97,13 @@ def test_bad_jaas_is_a_configuration_error_naming_the_prefixed_key_without_the_s
                          "b.sasl.jaas.config = org.apache.kafka.common.security.plain."
                          "PlainLoginModule required username='u' password='hunter2'\n")
     with pytest.raises(ConfigError) as caught:
-        check_client_settings(settings)
+        check_clients(settings)
     assert caught.value.key == "b.sasl.jaas.config"
     assert "hunter2" not in str(caught.value)
 
 
 def test_good_client_settings_pass() -> None:
-    check_client_settings(_settings(""))
+    assert check_clients(_settings("")) == []
 
 
 async def test_controller_health_follows_connection_and_flapping() -> None:

@@ -96,12 +96,17 @@ class Discoveries:
 
     async def refresh_due(self, paused: set[str]) -> None:
         """Start a refresh of every flow whose interval has passed (paused flows keep what
-        they had); returns at once -- see the module docstring."""
+        they had); returns at once -- see the module docstring.
+
+        With `refresh.topics.enabled = false` a flow's topics are found once, when the flow
+        starts or changes, and never again -- MM2 loads them when the connector starts and
+        schedules no refresh; a failed first attempt is retried until it succeeds."""
         now = time.monotonic()
         for name, f in self.flows.items():
             if name in paused or name in self._running:
                 continue
-            if f.stale or now - f.refreshed_at >= f.settings.refresh_topics_interval_s:
+            if f.stale or (now - f.refreshed_at >= f.settings.refresh_topics_interval_s
+                           and (f.settings.refresh_topics_enabled or f.result is None)):
                 task = asyncio.create_task(self._refresh_within(f), name=f"discover {name}")
                 self._running[name] = task
                 task.add_done_callback(functools.partial(self._refreshed, name))
@@ -130,8 +135,8 @@ class Discoveries:
         try:
             source = await self.admin(settings.source)
             target = await self.admin(settings.target)
-            discovery = TopicDiscovery(settings, make_policy(settings.policy, settings.source),
-                                       source=source, target=target)
+            policy = make_policy(settings.policy, settings.naming_source)
+            discovery = TopicDiscovery(settings, policy, source=source, target=target)
             flow.result = await discovery.refresh()
             flow.error = None
             flow.partitions = {

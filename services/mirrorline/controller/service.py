@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import grpc
+from aiokafka.errors import KafkaError
 
 from mirrorline.controller.admin import AdminServicer
 from mirrorline.controller.discovery import Discoveries
@@ -92,6 +93,9 @@ class ControllerService:
         self._probe: ClusterProbe | None = None
         self._changes: list[float] = []  # monotonic times of leadership changes
         self._grpc_reason = ""
+        #: The epoch whose leader has finished taking office (seeding the log on the first
+        #: term); until then this controller answers the APIs as a non-leader.
+        self._ready_epoch: int | None = None
 
     # -- the context the APIs need ------------------------------------------------------
     @property
@@ -116,7 +120,11 @@ class ControllerService:
 
     @property
     def is_leader(self) -> bool:
-        return self._election is not None and self._election.is_leader
+        """Elected and in office: a fresh leader first seeds the log from the file, and
+        until that is written nobody may read or change flows through it (a ListFlows that
+        answered in between showed no flows, and a CreateFlow could overtake the seed)."""
+        return (self._election is not None and self._election.is_leader
+                and self._ready_epoch == self._election.leading_epoch)
 
     async def append(self, record: control_pb2.ControlRecord) -> tuple[int, Outcome]:
         assert self._control is not None
@@ -128,6 +136,11 @@ class ControllerService:
         if self.is_leader:
             return self.state.epoch
         state = self.state
+        if self._election is not None and self._election.is_leader:
+            # Elected but still seeding the log: no redirect (it would point back here).
+            await context.abort(grpc.StatusCode.UNAVAILABLE,
+                                f"controller {self.controller_id} was just elected and is "
+                                "taking office; retry shortly")
         address = state.leader_address or ""
         if address:
             context.set_trailing_metadata((("leader-address", address),))
@@ -247,11 +260,21 @@ class ControllerService:
     async def _leadership_changed(self, leading: bool) -> None:
         now = time.monotonic()
         self._changes = [t for t in self._changes if now - t < FLAP_WINDOW_S] + [now]
+        self._ready_epoch = None
         self.registry.reset()
         self._reconciler.reset()
-        if leading and not self.state.seeded:
-            await self._seed()
+        if leading:
+            await self._take_office()
         self._wake.set()
+
+    async def _take_office(self) -> None:
+        """Seed the log on the first term ever, then serve as leader (retried by the
+        reconcile loop if the seeding failed)."""
+        assert self._election is not None
+        epoch = self._election.leading_epoch
+        if not self.state.seeded:
+            await self._seed()
+        self._ready_epoch = epoch
 
     async def _seed(self) -> None:
         epoch = self.state.epoch
@@ -282,12 +305,20 @@ class ControllerService:
     async def _reconcile_loop(self) -> None:
         while True:
             self._wake.clear()
+            if (self._election is not None and self._election.is_leader
+                    and not self.is_leader):
+                try:
+                    await self._take_office()
+                except Exception as exc:
+                    log.warning("taking office failed (%r); retrying", exc)
             if self.is_leader and self._election is not None:
                 try:
                     if not await self._reconciler.step(self.state, self.state.epoch,
                                                        self.controller_id, self.append):
                         log.warning("an append was stale: this controller was deposed")
-                except Exception:  # a bug or an unreachable cluster: log, retry next round
+                except (KafkaError, OSError, TimeoutError) as exc:  # a cluster does not answer
+                    log.warning("reconciliation failed: %s; retrying", explain(exc))
+                except Exception:  # a bug: log it whole, retry next round
                     log.exception("reconciliation failed")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), 1.0)
