@@ -22,7 +22,7 @@ from mirrorline.core.policy import ReplicationPolicy
 from mirrorline.core.settings import FlowSettings
 from mirrorline.core.topics import offset_map_topic
 from mirrorline.core.translation import Translation, translate, why_not
-from mirrorline.core.wire import OffsetSync
+from mirrorline.core.wire import valid_sync
 from mirrorline.kafka.reader import TopicReader
 from mirrorline.kafka.records import Record
 from mirrorline.v1 import offset_map_pb2
@@ -97,7 +97,7 @@ class FlowTranslator:
 
     def _on_sync(self, record: Record) -> None:
         sync = self.bad_records.decode(record.topic, record.partition, record.offset,
-                                       lambda: _valid_sync(record.key, record.value))
+                                       lambda: valid_sync(record.key, record.value))
         if sync is not None:
             self.syncs.add(sync)
 
@@ -141,11 +141,3 @@ class FlowTranslator:
                 with contextlib.suppress(Exception):
                     await reader.stop()
             await asyncio.sleep(RETRY_S)
-
-
-def _valid_sync(key: bytes | None, value: bytes | None) -> OffsetSync:
-    """An offset sync that decodes but cannot be true is as bad as one that does not."""
-    sync = OffsetSync.decode(key, value)
-    if sync.partition < 0 or sync.upstream_offset < 0 or sync.downstream_offset < 0:
-        raise ValueError(f"impossible offset sync {sync}")
-    return sync
