@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 import grpc
 from opentelemetry.metrics import CallbackOptions, Observation
 
+from mirrorline import grpcsecure
 from mirrorline.configsync.api import ConfigSyncServicer
 from mirrorline.configsync.runner import FlowRunner
 from mirrorline.controlplane.home import control_topics, home_clients, home_cluster
@@ -141,7 +142,7 @@ class ConfigSyncService:
                     if leader != target:
                         if channel is not None:
                             await channel.close()
-                        channel, target = grpc.aio.insecure_channel(leader), leader
+                        channel, target = grpcsecure.channel(leader), leader
                     assert channel is not None
                     with contextlib.suppress(grpc.aio.AioRpcError):
                         await coordinator_pb2_grpc.CoordinatorStub(channel).Announce(

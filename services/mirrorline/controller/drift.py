@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
+from mirrorline import grpcauth
 from mirrorline.v1 import drift_pb2, drift_pb2_grpc
 
 if TYPE_CHECKING:
@@ -56,8 +57,16 @@ class DriftAdmin:
                          context: Context) -> drift_pb2.ApplyDriftResult:
         await self._existing_flow(request.flow, context)
         stub = await self._configsync(context)
+        # The history names who asked: the authenticated caller, not what the client says
+        # (that is kept alongside when it differs, e.g. the login behind a shared token).
+        who = grpcauth.caller()
+        said = request.requested_by
+        named = f"{who.name} via {who.how}" if who.how != "anonymous" else (said or who.name)
+        if said and who.how != "anonymous" and said != who.name:
+            named += f", user {said}"
+        forwarded = drift_pb2.ApplyDriftRequest(flow=request.flow, requested_by=named)
         reply: drift_pb2.ApplyDriftResult = await self._call(context, stub.ApplyDrift,
-                                                             request, 300)
+                                                             forwarded, 300)
         return reply
 
     async def GetDriftHistory(self, request: drift_pb2.DriftHistoryRequest,
