@@ -23,9 +23,9 @@ from mirrorline.grpcserver import ServiceServer
 from mirrorline.kafka.clients import admin_kwargs
 from mirrorline.kafka.health import ClusterProbe
 from mirrorline.replicator.flow import FlowReplicator, FlowState
-from mirrorline.replicator.metrics import ReplicationMetrics
 from mirrorline.replicator.worker import WorkerAgent
 from mirrorline.telemetry import Telemetry, setup_telemetry
+from mirrorline.telemetry.replication import ReplicationMetrics
 from mirrorline.v1 import flows_pb2, replicator_pb2, replicator_pb2_grpc
 
 log = logging.getLogger(__name__)
