@@ -19,6 +19,7 @@ from mirrorline.core.config import (
     redact,
 )
 from mirrorline.core.errors import ConfigError
+from mirrorline.core.offload import OffloadSettings
 from mirrorline.core.settings import FlowSettings, MirrorSettings
 
 BASE = "clusters = a, b\na.bootstrap.servers = a1:9092\nb.bootstrap.servers = b1:9092\n"
@@ -192,6 +193,8 @@ EXPECTED_DEFAULTS = {
     "offset_storage_replication_factor": -1,  # ours (MM2: 3)
     "offset_flush_interval_ms": 5000,  # ours (MM2: 60000)
     "admin_timeout_ms": 60000,
+    # ours: where the flow's partitions run (issue 8)
+    "offload": OffloadSettings("auto", 10485760, 60, 1000000, 10000),
 }
 
 

@@ -92,9 +92,21 @@ MIRRORLINE_DEFAULT_OVERRIDES: Final[dict[str, tuple[str, str, str]]] = {
                                  "often, so a restart or failover replays less"),
 }
 
+#: Mirrorline's own flow-level keys: where a flow's partitions run (replicator workers or
+#: the Spark executor) and when `auto` offloads a partition to Spark. Validated like every
+#: flow property and stored in flow definitions.
+MIRRORLINE_FLOW_DEFAULTS: Final[Mapping[str, str]] = MappingProxyType({
+    "mirrorline.executor": "auto",
+    "mirrorline.spark.offload.bytes.per.second": "10485760",
+    "mirrorline.spark.offload.sustain.seconds": "60",
+    "mirrorline.spark.offload.lag.records": "1000000",
+    "mirrorline.spark.reclaim.lag.records": "10000",
+})
+
 #: The defaults Mirrorline applies: MM2's, with the overrides above.
 DEFAULTS: Final[Mapping[str, str]] = MappingProxyType({
     **MM2_DEFAULTS,
+    **MIRRORLINE_FLOW_DEFAULTS,
     **{key: ours for key, (_mm2, ours, _why) in MIRRORLINE_DEFAULT_OVERRIDES.items()},
 })
 
@@ -107,7 +119,7 @@ MIRRORLINE_KEYS: Final[frozenset[str]] = frozenset({"mirrorline.deployment"})
 WORKER_KEYS: Final = frozenset({"offset.storage.replication.factor", "offset.flush.interval.ms"})
 
 #: Flow-level (connector) keys with an effect: everything defaulted above except worker keys.
-FLOW_KEYS: Final = frozenset(MM2_DEFAULTS) - WORKER_KEYS
+FLOW_KEYS: Final = (frozenset(MM2_DEFAULTS) - WORKER_KEYS) | frozenset(MIRRORLINE_FLOW_DEFAULTS)
 
 CLIENT_PREFIXES: Final = ("consumer.", "producer.", "admin.")
 

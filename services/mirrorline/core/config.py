@@ -26,6 +26,7 @@ from mirrorline.core._config_keys import (
 from mirrorline.core._config_layers import Layers, split_levels, unknown_key_warnings
 from mirrorline.core.errors import ConfigError
 from mirrorline.core.filters import compile_patterns, parse_list
+from mirrorline.core.offload import OffloadSettings
 from mirrorline.core.properties import Property, duplicates, last_wins, parse_properties
 from mirrorline.core.settings import (
     ClientSettings,
@@ -378,10 +379,35 @@ class _FlowBuilder:
             properties=_Redacted({**{k: e.value for k, e in self.layers.top.items()},
                                   **{k: e.value for k, e in self.flow.items()}}),
             admin_timeout_ms=self.get("admin.timeout.ms", values.parse_non_negative),
+            offload=self.offload(),
         )
         if flow.enabled:
             self._check_enabled(flow)
         return flow
+
+    def offload(self) -> OffloadSettings:
+        settings = OffloadSettings(
+            executor=self.get("mirrorline.executor", values.parse_executor),
+            offload_bytes_per_second=self.get("mirrorline.spark.offload.bytes.per.second",
+                                              values.parse_non_negative),
+            sustain_s=self.get("mirrorline.spark.offload.sustain.seconds",
+                               values.parse_non_negative),
+            offload_lag_records=self.get("mirrorline.spark.offload.lag.records",
+                                         values.parse_non_negative),
+            reclaim_lag_records=self.get("mirrorline.spark.reclaim.lag.records",
+                                         values.parse_non_negative))
+        if settings.offload_lag_records and settings.reclaim_lag_records \
+                >= settings.offload_lag_records:
+            entry = self.entry("mirrorline.spark.reclaim.lag.records") \
+                or self.entry("mirrorline.spark.offload.lag.records")
+            message = (f"mirrorline.spark.reclaim.lag.records ({settings.reclaim_lag_records}) "
+                       "must be below mirrorline.spark.offload.lag.records "
+                       f"({settings.offload_lag_records}), or partitions would bounce "
+                       "between the workers and Spark")
+            if entry is None:
+                raise ConfigError("mirrorline.spark.reclaim.lag.records", message)
+            raise self.loader.error(entry, entry.key, message)
+        return settings
 
     def _check_enabled(self, flow: FlowSettings) -> None:
         """Rules MM2 applies when it validates the connectors of an enabled flow."""

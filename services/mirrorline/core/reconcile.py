@@ -43,8 +43,15 @@ class Plan:
 
 def plan(state: ControlState, desired: Mapping[PartitionKey, str], live: Collection[str],
          reports: Mapping[str, WorkerReport], loads: Mapping[PartitionKey, float], *,
-         expired: Collection[str], allow_moves: bool) -> Plan:
-    """The next step towards `desired`; call again after its events are applied."""
+         expired: Collection[str], allow_moves: bool,
+         spark: Collection[str] = (), on_spark: Collection[PartitionKey] = ()) -> Plan:
+    """The next step towards `desired`; call again after its events are applied.
+
+    `spark`: the live workers that are Spark executors; `on_spark`: the partitions that
+    should run on one of them (`mirrorline.core.offload`). Every other partition goes to
+    the replicator workers; when one pool is empty, the other takes its partitions. A
+    partition changing pool moves like any other: released first, granted afterwards.
+    """
     result = Plan()
     live = set(live)
     holding = state.workers()
@@ -74,20 +81,30 @@ def plan(state: ControlState, desired: Mapping[PartitionKey, str], live: Collect
     if not live:
         result.revoke = dict(revoke)
         return result
-    current = {k: owners[k].worker_id for k in assignable
-               if k in owners and owners[k].worker_id in live}
+    live_owner = {k: owners[k].worker_id for k in assignable
+                  if k in owners and owners[k].worker_id in live}
     # Partitions held by a worker that is neither live nor expired yet stay where they
     # are: its lease decides, not this round.
     held_elsewhere = {k for k in assignable if k in owners and owners[k].worker_id not in live}
-    target = assign(current, [k for k in assignable if k not in held_elsewhere], live, loads,
-                    allow_moves=allow_moves)
+    spark_pool = live & set(spark)
+    worker_pool = live - spark_pool
+    wanted_on_spark = set(on_spark) if spark_pool else set()
+    if not worker_pool:  # no replicator worker: whatever Spark can take, it takes
+        wanted_on_spark = set(assignable)
     grant: dict[tuple[str, str], dict[PartitionKey, str]] = defaultdict(dict)
-    for key, worker in target.items():
-        previous = current.get(key)
-        if previous is None:
-            grant[(key.flow, worker)][key] = desired[key]
-        elif previous != worker:  # a move: release first, grant in a later round
-            revoke[(key.flow, previous)][key] = owners[key].remote_topic
+    for pool, keys in ((spark_pool, [k for k in assignable if k in wanted_on_spark]),
+                       (worker_pool, [k for k in assignable if k not in wanted_on_spark])):
+        if not pool:
+            continue
+        current = {k: live_owner[k] for k in keys if live_owner.get(k) in pool}
+        target = assign(current, [k for k in keys if k not in held_elsewhere], pool, loads,
+                        allow_moves=allow_moves)
+        for key, worker in target.items():
+            previous = live_owner.get(key)
+            if previous is None:
+                grant[(key.flow, worker)][key] = desired[key]
+            elif previous != worker:  # a move: release first, grant in a later round
+                revoke[(key.flow, previous)][key] = owners[key].remote_topic
     result.revoke = dict(revoke)
     result.grant = dict(grant)
     return result

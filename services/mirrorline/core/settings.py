@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from mirrorline.core.offload import OffloadSettings
+
 OffsetSyncsLocation = Literal["source", "target"]
 
 
@@ -96,6 +98,8 @@ class FlowSettings:
     properties: Mapping[str, str] = field(default_factory=dict)
     #: Upper bound for each admin-client call (MM2's `admin.timeout.ms`, default 60000).
     admin_timeout_ms: int = 60000
+    #: Where the flow's partitions run (`mirrorline.executor`, `mirrorline.spark.*`).
+    offload: OffloadSettings = field(default_factory=OffloadSettings)
 
     @property
     def name(self) -> str:

@@ -11,6 +11,7 @@ from collections import abc as _abc
 from grpc import aio as _aio
 from mirrorline.v1 import admin_pb2 as _admin_pb2
 from mirrorline.v1 import failover_pb2 as _failover_pb2
+from mirrorline.v1 import spark_pb2 as _spark_pb2
 import abc as _abc_1
 import grpc as _grpc
 import sys
@@ -59,6 +60,12 @@ class AdminStub:
     FailoverToTime: _grpc.UnaryUnaryMultiCallable[_failover_pb2.FailoverToTimeRequest, _failover_pb2.FailoverResult]
     PlanFailback: _grpc.UnaryUnaryMultiCallable[_failover_pb2.PlanFailbackRequest, _failover_pb2.FailbackPlan]
     ExecuteFailback: _grpc.UnaryUnaryMultiCallable[_failover_pb2.ExecuteFailbackRequest, _failover_pb2.FailbackResult]
+    OffloadPartitions: _grpc.UnaryUnaryMultiCallable[_spark_pb2.PlacePartitionsRequest, _spark_pb2.PlacePartitionsResponse]
+    """Pin partitions to the Spark executor / back to the replicator workers (issue 8).
+    FAILED_PRECONDITION when no Spark executor is alive or the flow is pinned by
+    mirrorline.executor.
+    """
+    ReclaimPartitions: _grpc.UnaryUnaryMultiCallable[_spark_pb2.PlacePartitionsRequest, _spark_pb2.PlacePartitionsResponse]
 
 @_typing.type_check_only
 class AdminAsyncStub(AdminStub):
@@ -86,6 +93,12 @@ class AdminAsyncStub(AdminStub):
     FailoverToTime: _aio.UnaryUnaryMultiCallable[_failover_pb2.FailoverToTimeRequest, _failover_pb2.FailoverResult]  # type: ignore[assignment]
     PlanFailback: _aio.UnaryUnaryMultiCallable[_failover_pb2.PlanFailbackRequest, _failover_pb2.FailbackPlan]  # type: ignore[assignment]
     ExecuteFailback: _aio.UnaryUnaryMultiCallable[_failover_pb2.ExecuteFailbackRequest, _failover_pb2.FailbackResult]  # type: ignore[assignment]
+    OffloadPartitions: _aio.UnaryUnaryMultiCallable[_spark_pb2.PlacePartitionsRequest, _spark_pb2.PlacePartitionsResponse]  # type: ignore[assignment]
+    """Pin partitions to the Spark executor / back to the replicator workers (issue 8).
+    FAILED_PRECONDITION when no Spark executor is alive or the flow is pinned by
+    mirrorline.executor.
+    """
+    ReclaimPartitions: _aio.UnaryUnaryMultiCallable[_spark_pb2.PlacePartitionsRequest, _spark_pb2.PlacePartitionsResponse]  # type: ignore[assignment]
 
 class AdminServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -212,5 +225,23 @@ class AdminServicer(metaclass=_abc_1.ABCMeta):
         request: _failover_pb2.ExecuteFailbackRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_failover_pb2.FailbackResult, _abc.Awaitable[_failover_pb2.FailbackResult]]: ...
+
+    @_abc_1.abstractmethod
+    def OffloadPartitions(
+        self,
+        request: _spark_pb2.PlacePartitionsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_spark_pb2.PlacePartitionsResponse, _abc.Awaitable[_spark_pb2.PlacePartitionsResponse]]:
+        """Pin partitions to the Spark executor / back to the replicator workers (issue 8).
+        FAILED_PRECONDITION when no Spark executor is alive or the flow is pinned by
+        mirrorline.executor.
+        """
+
+    @_abc_1.abstractmethod
+    def ReclaimPartitions(
+        self,
+        request: _spark_pb2.PlacePartitionsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_spark_pb2.PlacePartitionsResponse, _abc.Awaitable[_spark_pb2.PlacePartitionsResponse]]: ...
 
 def add_AdminServicer_to_server(servicer: AdminServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
