@@ -267,9 +267,13 @@ def format_workers(response: admin_pb2.ListWorkersResponse, now_ms: int) -> str:
          str(len(w.partitions)))
         for w in workers
     ]
-    return render_table(
+    table = render_table(
         ("WORKER", "ADDRESS", "ALIVE", "HEARTBEAT AGE", "BYTES/S", "RECORDS/S", "PARTITIONS"),
         rows, right=(3, 4, 5, 6))
+    notes = [f"{w.worker_id}: Spark executor, UI {w.ui_address or NONE}"
+             + (f"; gave its partitions back: {w.problem}" if w.problem else "")
+             for w in workers if w.kind == "spark"]
+    return "\n".join([table, *notes])
 
 
 # --------------------------------------------------------------------------- offsets

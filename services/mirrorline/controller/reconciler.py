@@ -11,6 +11,7 @@ from mirrorline.controller.workers import WorkerRegistry
 from mirrorline.core.control import ControlState, Outcome, partition_refs
 from mirrorline.core.errors import ConfigError
 from mirrorline.core.flowdefs import Definition, flow_settings
+from mirrorline.core.offload import OffloadPolicy
 from mirrorline.core.reconcile import plan
 from mirrorline.core.settings import MirrorSettings
 from mirrorline.v1 import control_pb2
@@ -33,6 +34,8 @@ class Reconciler:
         self._last_review = time.monotonic()
         #: Flows whose definition no longer fits the deployment (e.g. a cluster removed).
         self.broken: dict[str, str] = {}
+        #: Which partitions run on the Spark executor (issue 8).
+        self.offload = OffloadPolicy()
 
     def reset(self) -> None:
         self._known_live = frozenset()
@@ -60,9 +63,17 @@ class Reconciler:
         live = frozenset(self._registry.live())
         review = time.monotonic() - self._last_review >= LOAD_REVIEW_S
         allow_moves = live != self._known_live or review
-        result = plan(state, self._discoveries.desired(), live, self._registry.reports(),
+        desired = self._discoveries.desired()
+        spark = self._registry.spark_workers()
+        able = self._registry.spark_executors()
+        on_spark = self.offload.decide(
+            time.monotonic(), list(desired), {s.name: s.offload for s, _ in tracked},
+            self._registry.partition_loads(), state.placements,
+            {k for k, o in state.owners.items() if o.worker_id in spark}, bool(able))
+        result = plan(state, desired, live, self._registry.reports(),
                       self._registry.loads(),
-                      expired=self._registry.expired(state.workers()), allow_moves=allow_moves)
+                      expired=self._registry.expired(state.workers()), allow_moves=allow_moves,
+                      spark=spark, on_spark=on_spark, spark_unable=spark - able)
         for worker in result.expire:
             log.warning("worker %s: lease expired; its partitions are reassigned", worker)
             if not await self._emit(append, epoch, controller_id,

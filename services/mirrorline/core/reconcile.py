@@ -44,13 +44,16 @@ class Plan:
 def plan(state: ControlState, desired: Mapping[PartitionKey, str], live: Collection[str],
          reports: Mapping[str, WorkerReport], loads: Mapping[PartitionKey, float], *,
          expired: Collection[str], allow_moves: bool,
-         spark: Collection[str] = (), on_spark: Collection[PartitionKey] = ()) -> Plan:
+         spark: Collection[str] = (), on_spark: Collection[PartitionKey] = (),
+         spark_unable: Collection[str] = ()) -> Plan:
     """The next step towards `desired`; call again after its events are applied.
 
     `spark`: the live workers that are Spark executors; `on_spark`: the partitions that
     should run on one of them (`mirrorline.core.offload`). Every other partition goes to
     the replicator workers; when one pool is empty, the other takes its partitions. A
     partition changing pool moves like any other: released first, granted afterwards.
+    `spark_unable`: Spark executors that may not take partitions now (their query failed);
+    their partitions go back to the workers.
     """
     result = Plan()
     live = set(live)
@@ -88,6 +91,7 @@ def plan(state: ControlState, desired: Mapping[PartitionKey, str], live: Collect
     held_elsewhere = {k for k in assignable if k in owners and owners[k].worker_id not in live}
     spark_pool = live & set(spark)
     worker_pool = live - spark_pool
+    spark_pool -= set(spark_unable)
     wanted_on_spark = set(on_spark) if spark_pool else set()
     if not worker_pool:  # no replicator worker: whatever Spark can take, it takes
         wanted_on_spark = set(assignable)
