@@ -41,7 +41,7 @@ REJECTED = {"MSG_SIZE_TOO_LARGE", "INVALID_RECORD", "CORRUPT_MESSAGE", "INVALID_
 
 
 @dataclass
-class AckMessage(WriterCommitMessage):  # type: ignore[misc]
+class AckMessage(WriterCommitMessage):
     acks: list[PartitionAcks] = field(default_factory=list)
 
 
@@ -61,19 +61,19 @@ class _Tracker:
         self.error: str | None = None
 
 
-class KafkaStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
+class KafkaStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, options: Mapping[str, str]) -> None:
         self.options = SinkOptions.parse(options)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> AckMessage:
         return AckMessage(write_batches(self.options, iterator))
 
-    def commit(self, messages: list[AckMessage | None], batchId: int) -> None:
-        acks = [a for m in messages if m is not None for a in m.acks]
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        acks = [a for m in messages if isinstance(m, AckMessage) for a in m.acks]
         if self.options.ack_socket:
             send_acks(self.options.ack_socket, batchId, acks)
 
-    def abort(self, messages: list[AckMessage | None], batchId: int) -> None:
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Nothing recorded: the micro-batch is copied again from recorded progress."""
 
 

@@ -41,14 +41,14 @@ STALL_S = 120.0
 
 
 @dataclass(frozen=True)
-class KafkaRange(InputPartition):  # type: ignore[misc]
+class KafkaRange(InputPartition):
     topic: str
     partition: int
     start: int
     end: int
 
 
-class KafkaDataSource(DataSource):  # type: ignore[misc]
+class KafkaDataSource(DataSource):
     """`format("mirrorline-kafka")`: the source (readStream) and the sink (writeStream)."""
 
     @classmethod
@@ -67,7 +67,7 @@ class KafkaDataSource(DataSource):  # type: ignore[misc]
         return KafkaStreamWriter(self.options)
 
 
-class KafkaStreamReader(DataSourceStreamReader):  # type: ignore[misc]
+class KafkaStreamReader(DataSourceStreamReader):
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
         self._probe: Any = None
@@ -124,7 +124,8 @@ class KafkaStreamReader(DataSourceStreamReader):  # type: ignore[misc]
                 ranges.append(KafkaRange(topic, partition, first, int(stop)))
         return ranges
 
-    def read(self, partition: KafkaRange) -> Iterator[pa.RecordBatch]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, KafkaRange)
         return read_range(self.options.kafka, partition)
 
     def commit(self, end: dict[str, int]) -> None:
@@ -165,11 +166,12 @@ def read_range(kafka: dict[str, str], r: KafkaRange) -> Iterator[pa.RecordBatch]
             for m in messages:
                 if m.error() is not None:
                     raise KafkaException(m.error())
-            if messages[-1].offset() >= r.end:
-                messages = [m for m in messages if m.offset() < r.end]
+            last = int(messages[-1].offset() or 0)
+            if last >= r.end:
+                messages = [m for m in messages if int(m.offset() or 0) < r.end]
             if not messages:
                 break
-            position = messages[-1].offset() + 1
+            position = int(messages[-1].offset() or 0) + 1
             yield to_arrow(r.topic, r.partition, messages)
     finally:
         consumer.close()

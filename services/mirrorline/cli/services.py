@@ -82,6 +82,10 @@ def register(subparsers: Any) -> None:
                      help="add N to every service's default gRPC and metrics port")
     run.add_argument("--lease-ms", type=int, default=DEFAULT_LEASE_MS,
                      help="controller and worker lease (default %(default)s ms)")
+    run.add_argument("--spark", action="store_true",
+                     help="also start a Spark executor (needs the spark extra and Java 17+)")
+    run.add_argument("--spark-master", default="local[*]", metavar="URL",
+                     help="Spark master for --spark (default %(default)s)")
     run.set_defaults(handler=_run)
 
 
@@ -175,6 +179,10 @@ def _run(args: argparse.Namespace) -> int:
                                                *ports("replicator", i),
                                                "--worker-id", f"replicator-{i}"))
                  for i in range(args.workers)]
+    if args.spark:
+        children.append(ChildSpec("spark-executor", (
+            "spark-executor", *common, *ports("spark-executor"), "--executor-id", "0",
+            "--master", args.spark_master)))
     children.append(ChildSpec("checkpointer", ("checkpointer", "--managed", *common,
                                                 *ports("checkpointer"),
                                                 "--instance-id", "checkpointer-0")))

@@ -31,6 +31,7 @@ from mirrorline.kafka.acked import FlowBookkeeping
 from mirrorline.kafka.admin import ClusterAdmin
 from mirrorline.kafka.flowclients import FlowClients
 from mirrorline.kafka.progress import ProgressStore
+from mirrorline.kafka.starts import start_offsets
 from mirrorline.replicator.delivery import DeliveryLoop
 from mirrorline.replicator.discovery import DiscoveryResult, RemoteTopic, TopicDiscovery
 from mirrorline.replicator.pump import Delivered, PartitionPump, PumpState
@@ -260,17 +261,8 @@ class FlowReplicator:
     async def _start_offsets(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
         """Where each new partition starts: saved progress, else `auto.offset.reset`."""
         assert self._consumer is not None
-        starts = {tp: self._saved[(tp.topic, tp.partition)] for tp in tps
-                  if (tp.topic, tp.partition) in self._saved}
-        fresh = [tp for tp in tps if tp not in starts]
-        if fresh:
-            reset = self.flow.clients.source_consumer.get("auto.offset.reset", "earliest")
-            if reset.lower() == "latest":
-                offsets = await self._consumer.end_offsets(fresh)
-            else:
-                offsets = await self._consumer.beginning_offsets(fresh)
-            starts.update(offsets)
-        return starts
+        reset = self.flow.clients.source_consumer.get("auto.offset.reset", "earliest")
+        return await start_offsets(self._saved, tps, self._consumer, reset)
 
     def _add_pump(self, tp: TopicPartition, remote: str, start: int) -> None:
         assert self._producer is not None
