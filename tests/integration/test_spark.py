@@ -104,10 +104,11 @@ async def test_a_whole_flow_on_spark_mirrors_record_for_record_with_exact_offset
                 landed = mapped[(p, r.offset)]
                 assert shape(by_offset[landed]) == shape(r)
 
-        report = await d.status()
-        rows = [x for x in report.partitions if x.source_topic == topic]
-        assert {x.worker_id for x in rows} == {"spark:x1"}
-        assert all(x.micro_batch_ms > 0 and x.next_offset == 300 for x in rows)
+        async def shown() -> bool:  # status reflects heartbeats and the query's progress
+            rows = [x for x in (await d.status()).partitions if x.source_topic == topic]
+            return ({x.worker_id for x in rows} == {"spark:x1"} and len(rows) == 2
+                    and all(x.micro_batch_ms > 0 and x.next_offset == 300 for x in rows))
+        await wait_for(shown, 30, "status does not show the partitions on Spark", interval=0.5)
         workers = await admin.ListWorkers(admin_pb2.ListWorkersRequest())
         spark = [w for w in workers.workers if w.worker_id == "spark:x1"]
         assert spark and spark[0].kind == "spark" and spark[0].alive
