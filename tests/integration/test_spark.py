@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from helpers import Consumed, Record, consume_all, create_topic, produce, wait_for
+from mirrorline_spark.options import DEFAULT_MAX_RECORDS
 from procs import Deployment, deployment, deployment_config, free_port
 
 from mirrorline.core.wire import OffsetSync
@@ -189,7 +190,9 @@ async def test_partitions_move_to_spark_and_back_mid_stream_and_return_when_it_d
                     seen.add(v)
                     first_seen.append(v)
             assert first_seen == expected[p::2], f"partition {p}: lost or reordered"
-            assert all(v in seen for v in expected[p::2])
+            # Drained hand-overs re-copy nothing; the SIGKILL replays at most what was
+            # copied since progress was last recorded: one micro-batch (README).
+            assert len(values) - len(first_seen) <= DEFAULT_MAX_RECORDS
 
 
 async def _past(d: Deployment, topic: str, partition: int, offset: int) -> bool:
