@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
 from mirrorline.core.acked_runs import offset_runs
@@ -53,11 +54,12 @@ class _Tracker:
 
     def __init__(self, source_topic: str) -> None:
         self.source_topic = source_topic
-        self.pending: deque[tuple[int, int, int]] = deque()  # (offset, timestamp, bytes)
+        self.pending: deque[int] = deque()  # source offsets produced, not yet reported
         self.upstream: list[int] = []
         self.downstream: list[int] = []
+        #: Timestamp and value size of every record handed over, in produce order.
         self.timestamps: list[int] = []
-        self.value_bytes = 0
+        self.value_bytes: list[int] = []
         self.error: str | None = None
 
 
@@ -85,15 +87,12 @@ def write_batches(options: SinkOptions, batches: Iterator[pa.RecordBatch]
 
     def delivered(err: Any, msg: Any) -> None:
         tracker = trackers[(msg.topic(), msg.partition())]
-        offset, timestamp, size = tracker.pending.popleft()
-        if tracker.error is not None:
-            return
+        offset = tracker.pending.popleft()
         if err is None:
-            tracker.upstream.append(offset)
-            tracker.downstream.append(msg.offset())
-            tracker.timestamps.append(timestamp)
-            tracker.value_bytes += size
-        else:
+            if tracker.error is None:
+                tracker.upstream.append(offset)
+                tracker.downstream.append(msg.offset())
+        elif tracker.error is None:
             what = ("target rejected the record" if err.name() in REJECTED
                     else "could not deliver the record")
             tracker.error = (f"{what}: {err.name()} {err.str()} (topic {tracker.source_topic!r}, "
@@ -104,30 +103,38 @@ def write_batches(options: SinkOptions, batches: Iterator[pa.RecordBatch]
     produce, poll = producer.produce, producer.poll
     try:
         for batch in batches:
-            cols = batch.to_pydict()
-            topics, partitions = cols["topic"], cols["partition"]
-            offsets, keys, values = cols["offset"], cols["key"], cols["value"]
-            stamps, headers = cols["timestamp"], cols["headers"]
+            if not batch.num_rows:
+                continue
+            _account(batch, options, trackers)
+            topics, partitions = batch.column(0).to_pylist(), batch.column(1).to_pylist()
+            offsets, keys = batch.column(2).to_pylist(), batch.column(3).to_pylist()
+            values, stamps = batch.column(4).to_pylist(), batch.column(5).to_pylist()
+            # Headers are rare: convert only the rows that have some.
+            header_counts = pc.list_value_length(batch.column(6)).to_pylist()
+            header_column = batch.column(6)
+            tracker: _Tracker | None = None
+            last: tuple[str, int] | None = None
+            remote = ""
             for i in range(batch.num_rows):
-                source_topic, partition = topics[i], partitions[i]
-                remote = options.topics.get(source_topic)
-                if remote is None:
-                    raise ValueError(f"no remote topic given for source topic {source_topic!r}")
-                tracker = trackers.get((remote, partition))
-                if tracker is None:
-                    tracker = trackers[(remote, partition)] = _Tracker(source_topic)
+                if (topics[i], partitions[i]) != last:
+                    last = (topics[i], partitions[i])
+                    remote = options.topics[topics[i]]
+                    tracker = trackers[(remote, partitions[i])]
+                assert tracker is not None
                 if tracker.error is not None:
                     continue  # this partition stopped at a rejected record
-                value = values[i]
-                hdrs = headers[i]
-                tracker.pending.append((offsets[i], stamps[i], len(value) if value else 0))
-                kwargs: dict[str, Any] = {"partition": partition, "timestamp": stamps[i],
-                                          "on_delivery": delivered}
-                if hdrs:
-                    kwargs["headers"] = [(h["key"], h["value"]) for h in hdrs]
+                tracker.pending.append(offsets[i])
+                hdrs = None
+                if header_counts[i]:
+                    hdrs = [(h["key"], h["value"]) for h in header_column[i].as_py()]
                 while True:
                     try:
-                        produce(remote, value, keys[i], **kwargs)
+                        if hdrs is None:
+                            produce(remote, values[i], keys[i], partitions[i], delivered,
+                                    timestamp=stamps[i])
+                        else:
+                            produce(remote, values[i], keys[i], partitions[i], delivered,
+                                    timestamp=stamps[i], headers=hdrs)
                         break
                     except BufferError:
                         poll(0.05)
@@ -138,12 +145,35 @@ def write_batches(options: SinkOptions, batches: Iterator[pa.RecordBatch]
     out = []
     for (remote, partition), t in sorted(trackers.items()):
         acks = PartitionAcks(t.source_topic, partition, remote,
-                             offset_runs(t.upstream, t.downstream), t.error, t.value_bytes)
-        if t.timestamps:
-            acks.min_timestamp, acks.max_timestamp = min(t.timestamps), max(t.timestamps)
-            acks.last_timestamp = t.timestamps[-1]
+                             offset_runs(t.upstream, t.downstream), t.error)
+        acked = len(t.upstream)
+        if acked:  # summary of the acknowledged prefix, for metrics
+            stamps = t.timestamps[:acked]
+            acks.value_bytes = sum(t.value_bytes[:acked])
+            acks.min_timestamp, acks.max_timestamp = min(stamps), max(stamps)
+            acks.last_timestamp = stamps[-1]
         out.append(acks)
     return out
+
+
+def _account(batch: pa.RecordBatch, options: SinkOptions,
+             trackers: dict[tuple[str, int], _Tracker]) -> None:
+    """Register the batch's partitions and keep timestamps and value sizes (vectorised)."""
+    for topic, partition in set(zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(),
+                                    strict=True)):
+        remote = options.topics.get(topic)
+        if remote is None:
+            raise ValueError(f"no remote topic given for source topic {topic!r}")
+        if (remote, partition) not in trackers:
+            trackers[(remote, partition)] = _Tracker(topic)
+    sizes = pc.fill_null(pc.binary_length(batch.column(4)), 0).to_pylist()
+    stamps = batch.column(5).to_pylist()
+    rows = zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), stamps, sizes,
+               strict=True)
+    for topic, partition, stamp, size in rows:
+        t = trackers[(options.topics[topic], partition)]
+        t.timestamps.append(stamp)
+        t.value_bytes.append(size)
 
 
 def _flush(producer: Any, trackers: Mapping[tuple[str, int], _Tracker]) -> None:
