@@ -188,3 +188,25 @@ def test_spark_executors_never_get_partitions_meant_for_workers() -> None:
     result = plan(ControlState(epoch=1, leader_id="c"), {K0: "a.t"}, {"w1", "spark:x"}, {},
                   {}, expired=(), allow_moves=True, spark={"spark:x"}, on_spark=set())
     assert result.grant == {(FLOW, "w1"): {K0: "a.t"}}
+
+
+def test_status_and_workers_show_spark_owners_batches_and_the_ui() -> None:
+    from mirrorline.cli.admin_format import format_status, format_workers
+    from mirrorline.v1 import admin_pb2
+
+    report = admin_pb2.StatusReport(partitions=[
+        flows_pb2.PartitionStatus(flow=FLOW, source_topic="t", partition=0,
+                                  worker_id="spark:x1", micro_batch_ms=812.0,
+                                  records_per_second=52000.0,
+                                  state=flows_pb2.PARTITION_STATE_RUNNING),
+        flows_pb2.PartitionStatus(flow=FLOW, source_topic="t", partition=1, worker_id="w1")])
+    text = format_status(report)
+    spark_table = text.split("ON SPARK")[1]
+    assert "spark:x1" in spark_table and "812" in spark_table and "w1" not in spark_table
+    workers = admin_pb2.ListWorkersResponse(workers=[
+        admin_pb2.Worker(worker_id="spark:x1", kind="spark", ui_address="http://h:4040",
+                         problem="Spark query failed: boom"),
+        admin_pb2.Worker(worker_id="w1", kind="replicator")])
+    lines = format_workers(workers, now_ms=0).splitlines()
+    assert lines[-1] == ("spark:x1: Spark executor, UI http://h:4040; gave its partitions "
+                         "back: Spark query failed: boom")

@@ -249,6 +249,13 @@ def format_status(report: admin_pb2.StatusReport) -> str:
             right=(2, 4, 5, 6, 7)))
     elif flows:
         parts.append("no partitions")
+    on_spark = [p for p in partitions if p.worker_id.startswith("spark:")]
+    if on_spark:
+        parts.append(render_table(
+            ("ON SPARK", "TOPIC", "PARTITION", "EXECUTOR", "MICRO-BATCH MS", "RECORDS/S"),
+            ((p.flow, p.source_topic, str(p.partition), p.worker_id,
+              _millis(p.micro_batch_ms), format_rate(p.records_per_second))
+             for p in on_spark), right=(2, 4, 5)))
     return "\n\n".join(parts)
 
 
