@@ -33,13 +33,16 @@ class SourceOptions:
     max_records: int
     #: A file whose existence means "plan no more data" (the executor drains the query).
     drain_file: str | None
+    #: "records" (a row per record, the default) or "chunks" (see records.CHUNK_SCHEMA_DDL).
+    layout: str = "records"
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
         starts = {(str(t), int(p)): int(o) for t, p, o in _json(options, "partitions")}
         return cls(kafka=dict(_json(options, "kafka")), starts=starts,
                    max_records=int(options.get("maxRecordsPerPartition", DEFAULT_MAX_RECORDS)),
-                   drain_file=options.get("drainFile"))
+                   drain_file=options.get("drainFile"),
+                   layout=parse_layout(options))
 
 
 @dataclass(frozen=True)
@@ -65,3 +68,10 @@ def offset_key(topic: str, partition: int) -> str:
 def parse_offset_key(key: str) -> tuple[str, int]:
     partition, _, topic = key.partition(":")
     return topic, int(partition)
+
+
+def parse_layout(options: Mapping[str, str]) -> str:
+    layout = options.get("layout", "records")
+    if layout not in ("records", "chunks"):
+        raise ValueError(f"option 'layout' must be records or chunks, not {layout!r}")
+    return layout

@@ -27,6 +27,7 @@ from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMess
 from mirrorline.core.acked_runs import offset_runs
 from mirrorline_spark.acks import PartitionAcks, send_acks
 from mirrorline_spark.options import SinkOptions
+from mirrorline_spark.records import CHUNK_ARROW_SCHEMA, from_chunks
 
 #: librdkafka settings of the data producer (the operator's connection settings win for
 #: everything else; these make the guarantees and are not overridable).
@@ -102,7 +103,7 @@ def write_batches(options: SinkOptions, batches: Iterator[pa.RecordBatch]
     producer = Producer({**PRODUCER_DEFAULTS, **options.kafka, **PRODUCER_FIXED})
     produce, poll = producer.produce, producer.poll
     try:
-        for batch in batches:
+        for batch in _records(batches):
             if not batch.num_rows:
                 continue
             _account(batch, options, trackers)
@@ -190,3 +191,12 @@ def _flush(producer: Any, trackers: Mapping[tuple[str, int], _Tracker]) -> None:
     pending = sum(len(t.pending) for t in trackers.values())
     if pending:
         raise RuntimeError(f"{pending} delivery reports missing after flush")
+
+
+def _records(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Record batches, whichever layout the query uses (chunk rows are unpacked)."""
+    for batch in batches:
+        if batch.schema.names == CHUNK_ARROW_SCHEMA.names:
+            yield from from_chunks(batch)
+        else:
+            yield batch

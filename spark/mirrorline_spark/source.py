@@ -29,8 +29,14 @@ from pyspark.sql.streaming.datasource import ReadLimit
 from pyspark.sql.types import StructType
 
 from mirrorline_spark import FORMAT
-from mirrorline_spark.options import SourceOptions, offset_key, parse_offset_key
-from mirrorline_spark.records import ARROW_SCHEMA, HEADER, SCHEMA_DDL
+from mirrorline_spark.options import SourceOptions, offset_key, parse_layout, parse_offset_key
+from mirrorline_spark.records import (
+    ARROW_SCHEMA,
+    CHUNK_SCHEMA_DDL,
+    HEADER,
+    SCHEMA_DDL,
+    to_chunk,
+)
 
 #: Records per consume() call and per Arrow batch.
 CHUNK = 20_000
@@ -56,7 +62,7 @@ class KafkaDataSource(DataSource):
         return FORMAT
 
     def schema(self) -> str:
-        return SCHEMA_DDL
+        return CHUNK_SCHEMA_DDL if parse_layout(self.options) == "chunks" else SCHEMA_DDL
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return KafkaStreamReader(SourceOptions.parse(self.options))
@@ -126,7 +132,10 @@ class KafkaStreamReader(DataSourceStreamReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, KafkaRange)
-        return read_range(self.options.kafka, partition)
+        batches = read_range(self.options.kafka, partition)
+        if self.options.layout == "chunks":
+            return (to_chunk(b, partition.topic, partition.partition) for b in batches)
+        return batches
 
     def commit(self, end: dict[str, int]) -> None:
         """Nothing to do: the executor records progress once the target acknowledged."""

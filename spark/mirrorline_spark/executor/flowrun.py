@@ -126,7 +126,7 @@ class FlowRun:
         source = {"kafka": json.dumps(rdkafka_config(self.settings.clients.source_consumer)),
                   "partitions": json.dumps([[t, p, o] for (t, p), o in
                                             sorted(self.next_offsets.items())]),
-                  "drainFile": self._drain_file}
+                  "drainFile": self._drain_file, "layout": "chunks"}
         sink = {"kafka": json.dumps(rdkafka_config(self.settings.clients.target_producer)),
                 "topics": json.dumps({t: remote for (t, _), remote in partitions.items()}),
                 "ackSocket": self._acks.path}
