@@ -93,3 +93,39 @@ def test_a_java_home_without_java_is_named(tmp_path: object, monkeypatch: pytest
 async def test_an_unreachable_standalone_master_is_reported() -> None:
     with pytest.raises(ConfigError, match="unreachable"):
         await preflight.check_reachable("spark://127.0.0.1:1", timeout=2)
+
+
+def test_chunks_carry_records_unchanged() -> None:
+    import pyarrow as pa
+    from mirrorline_spark.records import ARROW_SCHEMA, from_chunks, to_chunk
+
+    batch = pa.RecordBatch.from_arrays([
+        pa.array(["t", "t"]), pa.array([3, 3], pa.int32()), pa.array([7, 9], pa.int64()),
+        pa.array([b"k", None], pa.binary()), pa.array([None, b"v"], pa.binary()),
+        pa.array([1, 2], pa.int64()),
+        pa.array([[("h", b"1"), ("h", None)], []], ARROW_SCHEMA.field("headers").type)],
+        schema=ARROW_SCHEMA)
+    chunk = to_chunk(batch, "t", 3)
+    assert chunk.to_pydict()["first_offset"] == [7] and chunk.to_pydict()["records"] == [2]
+    assert [b.to_pylist() for b in from_chunks(chunk)] == [batch.to_pylist()]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--master", "mesos://h:5050"], "--master: 'mesos://h:5050' is not a Spark master URL"),
+    (["--spark-conf", "oops"], "--spark-conf: 'oops' is not KEY=VALUE"),
+])
+def test_the_command_refuses_bad_spark_settings_with_status_2(
+        tmp_path: object, args: list[str], message: str) -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    config = Path(str(tmp_path)) / "mm2.properties"
+    config.write_text("clusters = a, b\na.bootstrap.servers = 127.0.0.1:1\n"
+                      "b.bootstrap.servers = 127.0.0.1:1\na->b.enabled = true\n")
+    result = subprocess.run([sys.executable, "-m", "mirrorline", "spark-executor", "--config",
+                             str(config), *args], capture_output=True, text=True, timeout=60,
+                            check=False)
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
