@@ -14,6 +14,7 @@ _COMMAND_MODULES = (
     "mirrorline.cli.dev",
     "mirrorline.cli.admin",
     "mirrorline.cli.spark",
+    "mirrorline.cli.config_check",
 )
 
 
@@ -22,6 +23,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="mirrorline",
         description="Mirror Kafka clusters into each other (MM2-compatible).",
     )
+    from mirrorline import __version__
+
+    parser.add_argument("--version", action="version", version=f"mirrorline {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in _COMMAND_MODULES:
         try:

@@ -100,10 +100,25 @@ class FlowSettings:
     admin_timeout_ms: int = 60000
     #: Where the flow's partitions run (`mirrorline.executor`, `mirrorline.spark.*`).
     offload: OffloadSettings = field(default_factory=OffloadSettings)
+    #: MM2's `source.cluster.alias` / `target.cluster.alias` when the file sets them (top level
+    #: or per flow): the aliases that go into topic names (remote topics, checkpoints and
+    #: offset-syncs topics, cycle detection). None: the flow's own cluster alias, as in MM2.
+    source_cluster_alias: str | None = None
+    target_cluster_alias: str | None = None
 
     @property
     def name(self) -> str:
         return f"{self.source}->{self.target}"
+
+    @property
+    def naming_source(self) -> str:
+        """The source alias as it appears in topic names (`source.cluster.alias`)."""
+        return self.source if self.source_cluster_alias is None else self.source_cluster_alias
+
+    @property
+    def naming_target(self) -> str:
+        """The target alias as it appears in topic names (`target.cluster.alias`)."""
+        return self.target if self.target_cluster_alias is None else self.target_cluster_alias
 
 
 @dataclass(frozen=True)
@@ -132,6 +147,10 @@ class MirrorSettings:
     raw: Mapping[str, str] = field(default_factory=dict)
     #: `mirrorline.deployment`: names this deployment's control-plane topics (None: default).
     deployment: str | None = None
+    #: Every value a config provider resolved: secrets, hidden wherever a value is shown.
+    secret_values: frozenset[str] = field(default=frozenset(), repr=False)
+    #: The line each key of `raw` was (last) set on, for messages found after loading.
+    lines: Mapping[str, int] = field(default_factory=dict, repr=False)
 
     def enabled_flows(self, targets: tuple[str, ...] | None = None) -> list[FlowSettings]:
         """Enabled flows, optionally only those whose target is in `targets` (like `--clusters`)."""

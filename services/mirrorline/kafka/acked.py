@@ -44,7 +44,8 @@ class FlowBookkeeping:
         planner = sender = None
         if flow.emit_offset_syncs_enabled:
             at_source = flow.offset_syncs_topic_location == "source"
-            topic = policy.offset_syncs_topic(flow.target if at_source else flow.source)
+            topic = policy.offset_syncs_topic(flow.naming_target if at_source
+                                              else flow.naming_source)
             admin = clients.source_admin if at_source else clients.target_admin
             await admin.ensure_topic(TopicSpec(topic, 1,
                                                flow.offset_syncs_topic_replication_factor,

@@ -66,7 +66,7 @@ class FlowReplicator:
         """`discover=False`: a controller decides the partitions (`set_partitions`), and
         progress is re-read whenever partitions arrive (another worker may have moved it)."""
         self.flow = flow
-        self.policy = make_policy(flow.policy, flow.source)
+        self.policy = make_policy(flow.policy, flow.naming_source)
         self.worker_id = worker_id
         self.state = FlowState.STARTING
         self.error: str | None = None

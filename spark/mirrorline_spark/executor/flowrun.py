@@ -46,7 +46,7 @@ class FlowRun:
                  metrics: ReplicationMetrics, worker_id: str, workdir: str) -> None:
         self.settings = settings
         self.name = settings.name
-        self.policy = make_policy(settings.policy, settings.source)
+        self.policy = make_policy(settings.policy, settings.naming_source)
         self.worker_id = worker_id
         self._driver = driver
         self._metrics = metrics
