@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -121,8 +122,9 @@ class FlowRun:
         starts = await start_offsets(saved, tps, self._clients.consumer, reset)
         self.next_offsets = {(tp.topic, tp.partition): o for tp, o in starts.items()}
         for (topic, partition), remote in partitions.items():
-            self._pmetrics[(topic, partition)] = self._metrics.partition(
+            metrics = self._pmetrics[(topic, partition)] = self._metrics.partition(
                 self.settings.source, self.settings.target, remote, partition)
+            metrics.lag = functools.partial(self.lag, (topic, partition))
         source = {"kafka": json.dumps(rdkafka_config(self.settings.clients.source_consumer)),
                   "partitions": json.dumps([[t, p, o] for (t, p), o in
                                             sorted(self.next_offsets.items())]),
@@ -221,6 +223,11 @@ class FlowRun:
                                 f"{(status.error or 'stopped').splitlines()[0][:500]}")
                 log.error("%s; giving its partitions back to the workers", self.problem)
                 await self._stop_query()
+
+    def lag(self, key: Key) -> int | None:
+        """Records behind the source's end as the query last saw it (`record-lag`)."""
+        high, nxt = self.latest.get(key), self.next_offsets.get(key)
+        return None if high is None or nxt is None else max(0, high - nxt)
 
     # -- status -------------------------------------------------------------------------
     def partitions(self) -> list[flows_pb2.PartitionStatus]:
