@@ -5,8 +5,8 @@ Hand-over is fenced like a replicator worker's: when the owned partitions change
 running query is drained (the source plans no more data, the micro-batch in flight
 finishes and is recorded), stopped, and progress, offset syncs and the offset map are
 flushed before the change counts as done; only then does the executor report the
-release. A new query starts from durable progress (`mirrorline.kafka.starts`), never
-from Spark's checkpoint.
+release. A new query starts where `mirrorline.kafka.starts` decides (durable progress
+checked against the target's tail), never from Spark's checkpoint.
 """
 
 from __future__ import annotations
@@ -25,10 +25,11 @@ from aiokafka import TopicPartition
 from mirrorline.core.acked_runs import run_offsets
 from mirrorline.core.policy import make_policy
 from mirrorline.core.settings import FlowSettings
+from mirrorline.core.tail_match import Verdict
 from mirrorline.kafka.acked import FlowBookkeeping
 from mirrorline.kafka.flowclients import FlowClients
 from mirrorline.kafka.rdkafka import rdkafka_config
-from mirrorline.kafka.starts import start_offsets
+from mirrorline.kafka.starts import StartPlanner
 from mirrorline.telemetry.replication import PartitionMetrics, ReplicationMetrics
 from mirrorline.v1 import flows_pb2
 from mirrorline_spark.acks import PartitionAcks
@@ -56,6 +57,7 @@ class FlowRun:
         self._drain_file = os.path.join(workdir, f"{safe}.drain")
         self._clients: FlowClients | None = None
         self.books: FlowBookkeeping | None = None
+        self._starts: StartPlanner | None = None
         self._acks = AckServer(os.path.join(workdir, f"{safe}.sock"), self._on_batch)
         self._query: RunningQuery | None = None
         #: What the control log gives this executor (source partition -> remote topic).
@@ -79,6 +81,24 @@ class FlowRun:
         try:
             self.books = await FlowBookkeeping.open(self.settings, self.policy, clients)
             self.books.start()
+            flow = self.settings
+            syncs = None
+            if flow.emit_offset_syncs_enabled:
+                at_source = flow.offset_syncs_topic_location == "source"
+                syncs = (self.policy.offset_syncs_topic(flow.naming_target if at_source
+                                                        else flow.naming_source),
+                         clients.source_consumer_kwargs if at_source
+                         else clients.target_consumer_kwargs)
+            # The same start decision as every owner (issue 14): durable progress checked
+            # against the target's tail.
+            self._starts = StartPlanner(
+                self.name, consumer=clients.consumer,
+                source_consumer=clients.source_consumer_kwargs,
+                target_consumer=clients.target_consumer_kwargs,
+                map_topic=self.books.map_writer.topic,
+                reset=flow.clients.source_consumer.get("auto.offset.reset", "earliest"),
+                syncs=syncs, match_tail=flow.properties.get(
+                    "mirrorline.resume.tail.match", "true").strip().lower() != "false")
             await self._acks.start()
         except BaseException:
             await clients.close()
@@ -115,12 +135,20 @@ class FlowRun:
                 await self._start_query(runnable)
 
     async def _start_query(self, partitions: Mapping[Key, str]) -> None:
-        assert self.books is not None and self._clients is not None
+        assert self.books is not None and self._starts is not None
         saved = await self.books.progress.load()
-        tps = [TopicPartition(t, p) for t, p in sorted(partitions)]
-        reset = self.settings.clients.source_consumer.get("auto.offset.reset", "earliest")
-        starts = await start_offsets(saved, tps, self._clients.consumer, reset)
-        self.next_offsets = {(tp.topic, tp.partition): o for tp, o in starts.items()}
+        starts = await self._starts.starts(
+            {TopicPartition(t, p): remote for (t, p), remote in sorted(partitions.items())},
+            saved)
+        stopped = {(tp.topic, tp.partition): s.point.message for tp, s in starts.items()
+                   if s.point.verdict is Verdict.STOP}
+        for key, why in stopped.items():
+            log.error("%s %s-%d stopped: %s", self.name, key[0], key[1], why)
+            self.failed[key] = why
+        partitions = {k: v for k, v in partitions.items() if k not in stopped}
+        self.next_offsets = {(tp.topic, tp.partition): s.offset for tp, s in starts.items()}
+        if not partitions:
+            return
         for (topic, partition), remote in partitions.items():
             metrics = self._pmetrics[(topic, partition)] = self._metrics.partition(
                 self.settings.source, self.settings.target, remote, partition)
