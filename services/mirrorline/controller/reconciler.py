@@ -49,16 +49,20 @@ class Reconciler:
                    append: Append) -> bool:
         """One round; False when this controller turned out to be deposed."""
         tracked = []
-        self.broken.clear()
+        broken: dict[str, str] = {}
         for name, record in state.flows.items():
             try:
                 settings = flow_settings(self._deployment,
                                          Definition(record.source, record.target,
                                                     record.properties))
             except ConfigError as exc:
-                self.broken[name] = f"the flow no longer fits this deployment: {exc}"
+                broken[name] = f"the flow does not fit this deployment: {exc}"
                 continue
             tracked.append((settings, record.version))
+        for name in broken.keys() - self.broken.keys():
+            log.warning("flow %s is not run: %s", name, broken[name])
+        self.broken = broken
+        self._discoveries.broken = broken
         self._discoveries.sync(tracked)
         paused = {n for n, r in state.flows.items() if r.paused}
         await self._discoveries.refresh_due(paused)
@@ -72,6 +76,8 @@ class Reconciler:
         allow_moves = bool(joined) or review
         receivers = None if review else joined
         desired = self._discoveries.desired()
+        waiting = self._discoveries.undiscovered()
+        desired.update({k: o.remote_topic for k, o in state.owners.items() if k.flow in waiting})
         spark = self._registry.spark_workers()
         able = self._registry.spark_executors()
         on_spark = self.offload.decide(
