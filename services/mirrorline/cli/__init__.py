@@ -14,6 +14,7 @@ _COMMAND_MODULES = (
     "mirrorline.cli.dev",
     "mirrorline.cli.admin",
     "mirrorline.cli.spark",
+    "mirrorline.cli.health",
     "mirrorline.cli.config_check",
 )
 

@@ -10,6 +10,7 @@ not the leader (trailing metadata `leader-address` says where the leader is).
 from collections import abc as _abc
 from grpc import aio as _aio
 from mirrorline.v1 import admin_pb2 as _admin_pb2
+from mirrorline.v1 import audit_pb2 as _audit_pb2
 from mirrorline.v1 import failover_pb2 as _failover_pb2
 from mirrorline.v1 import spark_pb2 as _spark_pb2
 import abc as _abc_1
@@ -66,6 +67,8 @@ class AdminStub:
     mirrorline.executor.
     """
     ReclaimPartitions: _grpc.UnaryUnaryMultiCallable[_spark_pb2.PlacePartitionsRequest, _spark_pb2.PlacePartitionsResponse]
+    History: _grpc.UnaryUnaryMultiCallable[_audit_pb2.HistoryRequest, _audit_pb2.HistoryResponse]
+    """The audit trail: state-changing calls, newest last (see audit.proto)."""
 
 @_typing.type_check_only
 class AdminAsyncStub(AdminStub):
@@ -99,6 +102,8 @@ class AdminAsyncStub(AdminStub):
     mirrorline.executor.
     """
     ReclaimPartitions: _aio.UnaryUnaryMultiCallable[_spark_pb2.PlacePartitionsRequest, _spark_pb2.PlacePartitionsResponse]  # type: ignore[assignment]
+    History: _aio.UnaryUnaryMultiCallable[_audit_pb2.HistoryRequest, _audit_pb2.HistoryResponse]  # type: ignore[assignment]
+    """The audit trail: state-changing calls, newest last (see audit.proto)."""
 
 class AdminServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -243,5 +248,13 @@ class AdminServicer(metaclass=_abc_1.ABCMeta):
         request: _spark_pb2.PlacePartitionsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_spark_pb2.PlacePartitionsResponse, _abc.Awaitable[_spark_pb2.PlacePartitionsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def History(
+        self,
+        request: _audit_pb2.HistoryRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_audit_pb2.HistoryResponse, _abc.Awaitable[_audit_pb2.HistoryResponse]]:
+        """The audit trail: state-changing calls, newest last (see audit.proto)."""
 
 def add_AdminServicer_to_server(servicer: AdminServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

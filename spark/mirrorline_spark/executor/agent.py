@@ -23,6 +23,7 @@ import time
 
 import grpc
 
+from mirrorline import grpcsecure
 from mirrorline.controlplane.log import ControlLog
 from mirrorline.core.errors import ConfigError
 from mirrorline.core.flowdefs import Definition, flow_settings
@@ -187,6 +188,6 @@ class SparkAgent:
                 closing = asyncio.ensure_future(old.close())
                 self._closing.add(closing)
                 closing.add_done_callback(self._closing.discard)
-            self._channel = grpc.aio.insecure_channel(address)
+            self._channel = grpcsecure.channel(address)
             self._channel_address = address
         return self._channel
