@@ -13,6 +13,7 @@ GRPC_PORTS = {
     "checkpointer": 7120,
     "heartbeat": 7130,
     "configsync": 7140,
+    "spark-executor": 7150,
 }
 
 METRICS_PORTS = {
@@ -21,6 +22,7 @@ METRICS_PORTS = {
     "checkpointer": 9720,
     "heartbeat": 9730,
     "configsync": 9740,
+    "spark-executor": 9750,
 }
 
 

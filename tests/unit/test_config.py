@@ -19,6 +19,7 @@ from mirrorline.core.config import (
     redact,
 )
 from mirrorline.core.errors import ConfigError
+from mirrorline.core.offload import OffloadSettings
 from mirrorline.core.settings import FlowSettings, MirrorSettings
 
 BASE = "clusters = a, b\na.bootstrap.servers = a1:9092\nb.bootstrap.servers = b1:9092\n"
@@ -196,6 +197,8 @@ EXPECTED_DEFAULTS = {
     "admin_timeout_ms": 60000,
     "sync_mode": "apply",  # ours (no MM2 equivalent)
     "sync_topic_acls_mode": "mm2",  # ours (no MM2 equivalent)
+    # ours: where the flow's partitions run (issue 8)
+    "offload": OffloadSettings("auto", 10485760, 60, 1000000, 10000),
     "source_cluster_alias": None,  # the flow's own alias goes into topic names
     "target_cluster_alias": None,
 }

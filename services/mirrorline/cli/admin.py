@@ -40,7 +40,7 @@ import grpc
 from google.protobuf.message import Message
 
 from mirrorline import grpcsecure
-from mirrorline.cli import admin_security
+from mirrorline.cli import admin_security, partitions
 from mirrorline.cli.admin_args import (
     DEFAULT_DRAIN_TIMEOUT,
     DEFAULT_SERVER,
@@ -595,6 +595,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         parser.add_argument("--group", dest="groups", type=non_blank("group"), action="append",
                             required=True, metavar="GROUP",
                             help="consumer group (repeatable; at least one)")
+
+    partitions.register(group("partitions", "where partitions run: the replicator workers "
+                                            "or the Spark executor"), leaf, _unary)
 
     offsets_sub = group("offsets", "consumer group offsets across a flow")
     translate = leaf(offsets_sub, "translate", _offsets_translate,

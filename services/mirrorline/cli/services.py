@@ -115,6 +115,10 @@ def register(subparsers: Any) -> None:
                      help="how long the controller's leadership and each worker's "
                           "membership last without renewal: a stopped controller or worker "
                           "is replaced after at most this long (default %(default)s ms)")
+    run.add_argument("--spark", action="store_true",
+                     help="also start a Spark executor (needs the spark extra and Java 17+)")
+    run.add_argument("--spark-master", default="local[*]", metavar="URL",
+                     help="Spark master for --spark (default %(default)s)")
     run.set_defaults(handler=_run)
 
 
@@ -224,6 +228,10 @@ def _run(args: argparse.Namespace) -> int:
                                                *ports("replicator", i),
                                                "--worker-id", f"replicator-{i}"))
                  for i in range(args.workers)]
+    if args.spark:
+        children.append(ChildSpec("spark-executor", (
+            "spark-executor", *common, *ports("spark-executor"), "--executor-id", "0",
+            "--master", args.spark_master)))
     children.append(ChildSpec("checkpointer", ("checkpointer", "--managed", *common,
                                                 *ports("checkpointer"),
                                                 "--instance-id", "checkpointer-0")))

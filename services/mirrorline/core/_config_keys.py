@@ -98,12 +98,20 @@ MIRRORLINE_DEFAULT_OVERRIDES: Final[dict[str, tuple[str, str, str]]] = {
 }
 
 #: Mirrorline's own flow-level keys (no MM2 equivalent), with their defaults. They resolve
-#: like MM2's flow keys: `<source>-><target>.<key>`, then the top level.
+#: like MM2's flow keys: `<source>-><target>.<key>`, then the top level, are validated like
+#: every flow property and stored in flow definitions.
 MIRRORLINE_FLOW_DEFAULTS: Final[Mapping[str, str]] = MappingProxyType({
     # apply: the config-sync service changes the target; plan: it only reports drift.
     "sync.mode": "apply",
     # mm2: MM2's ACL rules; full: also prefixed and group ACLs, and removal of ACLs it made.
     "sync.topic.acls.mode": "mm2",
+    # Where a flow's partitions run (replicator workers or the Spark executor) and when
+    # `auto` offloads a partition to Spark.
+    "mirrorline.executor": "auto",
+    "mirrorline.spark.offload.bytes.per.second": "10485760",
+    "mirrorline.spark.offload.sustain.seconds": "60",
+    "mirrorline.spark.offload.lag.records": "1000000",
+    "mirrorline.spark.reclaim.lag.records": "10000",
 })
 
 #: The defaults Mirrorline applies: MM2's, with the overrides above.

@@ -59,6 +59,9 @@ METHOD_ROLES: Final[Mapping[str, Role]] = MappingProxyType({
     _ADMIN + "History": _O,
     # Changes topic configs, partitions and ACLs on the target, as a sync round would.
     _ADMIN + "ApplyDrift": _O,
+    # Where partitions run (issue 8): an operator's decision, like pausing a flow.
+    _ADMIN + "OffloadPartitions": _O,
+    _ADMIN + "ReclaimPartitions": _O,
     _ADMIN + "DeleteFlow": _A,
     # Scrape (inside ExecuteFailback) deletes data; failing back is the admin's decision.
     _ADMIN + "ExecuteFailback": _A,
@@ -80,7 +83,7 @@ METHOD_ROLES: Final[Mapping[str, Role]] = MappingProxyType({
 MUTATING: Final = frozenset({
     _ADMIN + m for m in ("CreateFlow", "UpdateFlow", "PauseFlow", "ResumeFlow", "DeleteFlow",
                          "ImportFlows", "ExecuteFailover", "FailoverToTime", "ExecuteFailback",
-                         "ApplyDrift")
+                         "ApplyDrift", "OffloadPartitions", "ReclaimPartitions")
 })
 
 #: Open to every caller, authenticated or not: probes must work without credentials.

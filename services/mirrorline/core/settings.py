@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from mirrorline.core.offload import OffloadSettings
+
 OffsetSyncsLocation = Literal["source", "target"]
 
 
@@ -101,6 +103,8 @@ class FlowSettings:
     sync_topic_acls_mode: Literal["mm2", "full"] = "mm2"
     #: Upper bound for each admin-client call (MM2's `admin.timeout.ms`, default 60000).
     admin_timeout_ms: int = 60000
+    #: Where the flow's partitions run (`mirrorline.executor`, `mirrorline.spark.*`).
+    offload: OffloadSettings = field(default_factory=OffloadSettings)
     #: MM2's `source.cluster.alias` / `target.cluster.alias` when the file sets them (top level
     #: or per flow): the aliases that go into topic names (remote topics, checkpoints and
     #: offset-syncs topics, cycle detection). None: the flow's own cluster alias, as in MM2.

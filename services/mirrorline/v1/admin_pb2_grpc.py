@@ -7,6 +7,7 @@ from mirrorline.v1 import admin_pb2 as mirrorline_dot_v1_dot_admin__pb2
 from mirrorline.v1 import audit_pb2 as mirrorline_dot_v1_dot_audit__pb2
 from mirrorline.v1 import drift_pb2 as mirrorline_dot_v1_dot_drift__pb2
 from mirrorline.v1 import failover_pb2 as mirrorline_dot_v1_dot_failover__pb2
+from mirrorline.v1 import spark_pb2 as mirrorline_dot_v1_dot_spark__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -121,6 +122,16 @@ class AdminStub:
                 '/mirrorline.v1.Admin/ExecuteFailback',
                 request_serializer=mirrorline_dot_v1_dot_failover__pb2.ExecuteFailbackRequest.SerializeToString,
                 response_deserializer=mirrorline_dot_v1_dot_failover__pb2.FailbackResult.FromString,
+                _registered_method=True)
+        self.OffloadPartitions = channel.unary_unary(
+                '/mirrorline.v1.Admin/OffloadPartitions',
+                request_serializer=mirrorline_dot_v1_dot_spark__pb2.PlacePartitionsRequest.SerializeToString,
+                response_deserializer=mirrorline_dot_v1_dot_spark__pb2.PlacePartitionsResponse.FromString,
+                _registered_method=True)
+        self.ReclaimPartitions = channel.unary_unary(
+                '/mirrorline.v1.Admin/ReclaimPartitions',
+                request_serializer=mirrorline_dot_v1_dot_spark__pb2.PlacePartitionsRequest.SerializeToString,
+                response_deserializer=mirrorline_dot_v1_dot_spark__pb2.PlacePartitionsResponse.FromString,
                 _registered_method=True)
         self.History = channel.unary_unary(
                 '/mirrorline.v1.Admin/History',
@@ -255,6 +266,21 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def OffloadPartitions(self, request, context):
+        """Pin partitions to the Spark executor / back to the replicator workers (issue 8).
+        FAILED_PRECONDITION when no Spark executor is alive or the flow is pinned by
+        mirrorline.executor.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReclaimPartitions(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def History(self, request, context):
         """The audit trail: state-changing calls, newest last (see audit.proto).
         """
@@ -369,6 +395,16 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.ExecuteFailback,
                     request_deserializer=mirrorline_dot_v1_dot_failover__pb2.ExecuteFailbackRequest.FromString,
                     response_serializer=mirrorline_dot_v1_dot_failover__pb2.FailbackResult.SerializeToString,
+            ),
+            'OffloadPartitions': grpc.unary_unary_rpc_method_handler(
+                    servicer.OffloadPartitions,
+                    request_deserializer=mirrorline_dot_v1_dot_spark__pb2.PlacePartitionsRequest.FromString,
+                    response_serializer=mirrorline_dot_v1_dot_spark__pb2.PlacePartitionsResponse.SerializeToString,
+            ),
+            'ReclaimPartitions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReclaimPartitions,
+                    request_deserializer=mirrorline_dot_v1_dot_spark__pb2.PlacePartitionsRequest.FromString,
+                    response_serializer=mirrorline_dot_v1_dot_spark__pb2.PlacePartitionsResponse.SerializeToString,
             ),
             'History': grpc.unary_unary_rpc_method_handler(
                     servicer.History,
@@ -850,6 +886,60 @@ class Admin:
             '/mirrorline.v1.Admin/ExecuteFailback',
             mirrorline_dot_v1_dot_failover__pb2.ExecuteFailbackRequest.SerializeToString,
             mirrorline_dot_v1_dot_failover__pb2.FailbackResult.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def OffloadPartitions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mirrorline.v1.Admin/OffloadPartitions',
+            mirrorline_dot_v1_dot_spark__pb2.PlacePartitionsRequest.SerializeToString,
+            mirrorline_dot_v1_dot_spark__pb2.PlacePartitionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReclaimPartitions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mirrorline.v1.Admin/ReclaimPartitions',
+            mirrorline_dot_v1_dot_spark__pb2.PlacePartitionsRequest.SerializeToString,
+            mirrorline_dot_v1_dot_spark__pb2.PlacePartitionsResponse.FromString,
             options,
             channel_credentials,
             insecure,

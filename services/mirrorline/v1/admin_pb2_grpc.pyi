@@ -13,6 +13,7 @@ from mirrorline.v1 import admin_pb2 as _admin_pb2
 from mirrorline.v1 import audit_pb2 as _audit_pb2
 from mirrorline.v1 import drift_pb2 as _drift_pb2
 from mirrorline.v1 import failover_pb2 as _failover_pb2
+from mirrorline.v1 import spark_pb2 as _spark_pb2
 import abc as _abc_1
 import grpc as _grpc
 import sys
@@ -61,6 +62,12 @@ class AdminStub:
     FailoverToTime: _grpc.UnaryUnaryMultiCallable[_failover_pb2.FailoverToTimeRequest, _failover_pb2.FailoverResult]
     PlanFailback: _grpc.UnaryUnaryMultiCallable[_failover_pb2.PlanFailbackRequest, _failover_pb2.FailbackPlan]
     ExecuteFailback: _grpc.UnaryUnaryMultiCallable[_failover_pb2.ExecuteFailbackRequest, _failover_pb2.FailbackResult]
+    OffloadPartitions: _grpc.UnaryUnaryMultiCallable[_spark_pb2.PlacePartitionsRequest, _spark_pb2.PlacePartitionsResponse]
+    """Pin partitions to the Spark executor / back to the replicator workers (issue 8).
+    FAILED_PRECONDITION when no Spark executor is alive or the flow is pinned by
+    mirrorline.executor.
+    """
+    ReclaimPartitions: _grpc.UnaryUnaryMultiCallable[_spark_pb2.PlacePartitionsRequest, _spark_pb2.PlacePartitionsResponse]
     History: _grpc.UnaryUnaryMultiCallable[_audit_pb2.HistoryRequest, _audit_pb2.HistoryResponse]
     """The audit trail: state-changing calls, newest last (see audit.proto)."""
     GetDrift: _grpc.UnaryUnaryMultiCallable[_drift_pb2.DriftRequest, _drift_pb2.DriftPlan]
@@ -96,6 +103,12 @@ class AdminAsyncStub(AdminStub):
     FailoverToTime: _aio.UnaryUnaryMultiCallable[_failover_pb2.FailoverToTimeRequest, _failover_pb2.FailoverResult]  # type: ignore[assignment]
     PlanFailback: _aio.UnaryUnaryMultiCallable[_failover_pb2.PlanFailbackRequest, _failover_pb2.FailbackPlan]  # type: ignore[assignment]
     ExecuteFailback: _aio.UnaryUnaryMultiCallable[_failover_pb2.ExecuteFailbackRequest, _failover_pb2.FailbackResult]  # type: ignore[assignment]
+    OffloadPartitions: _aio.UnaryUnaryMultiCallable[_spark_pb2.PlacePartitionsRequest, _spark_pb2.PlacePartitionsResponse]  # type: ignore[assignment]
+    """Pin partitions to the Spark executor / back to the replicator workers (issue 8).
+    FAILED_PRECONDITION when no Spark executor is alive or the flow is pinned by
+    mirrorline.executor.
+    """
+    ReclaimPartitions: _aio.UnaryUnaryMultiCallable[_spark_pb2.PlacePartitionsRequest, _spark_pb2.PlacePartitionsResponse]  # type: ignore[assignment]
     History: _aio.UnaryUnaryMultiCallable[_audit_pb2.HistoryRequest, _audit_pb2.HistoryResponse]  # type: ignore[assignment]
     """The audit trail: state-changing calls, newest last (see audit.proto)."""
     GetDrift: _aio.UnaryUnaryMultiCallable[_drift_pb2.DriftRequest, _drift_pb2.DriftPlan]  # type: ignore[assignment]
@@ -230,6 +243,24 @@ class AdminServicer(metaclass=_abc_1.ABCMeta):
         request: _failover_pb2.ExecuteFailbackRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_failover_pb2.FailbackResult, _abc.Awaitable[_failover_pb2.FailbackResult]]: ...
+
+    @_abc_1.abstractmethod
+    def OffloadPartitions(
+        self,
+        request: _spark_pb2.PlacePartitionsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_spark_pb2.PlacePartitionsResponse, _abc.Awaitable[_spark_pb2.PlacePartitionsResponse]]:
+        """Pin partitions to the Spark executor / back to the replicator workers (issue 8).
+        FAILED_PRECONDITION when no Spark executor is alive or the flow is pinned by
+        mirrorline.executor.
+        """
+
+    @_abc_1.abstractmethod
+    def ReclaimPartitions(
+        self,
+        request: _spark_pb2.PlacePartitionsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_spark_pb2.PlacePartitionsResponse, _abc.Awaitable[_spark_pb2.PlacePartitionsResponse]]: ...
 
     @_abc_1.abstractmethod
     def History(
