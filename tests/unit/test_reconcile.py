@@ -117,3 +117,16 @@ def test_a_released_partition_goes_where_its_move_meant_it_to() -> None:
     released = plan(state, want, {"w1", "w2", "w3"}, reports, loads, expired=(),
                     allow_moves=False, destined=joined.moving)
     assert released.grant == {(FLOW, "w3"): dict.fromkeys(from_w1, "a.t")}
+
+
+def test_without_a_spark_executor_an_expired_workers_partitions_go_to_the_workers() -> None:
+    """Two pools (issue 8): with no Spark executor alive, partitions the offload policy
+    wants on Spark, and a half-moved one, are re-placed on the replicator workers."""
+    state = state_with({0: "w1", 1: "w2", 2: "w2"}, {3: ("w2", 7)})
+    result = plan(state, desired(0, 1, 2, 3), {"w1", "w3"}, {"w1": report(9, 0)}, {},
+                  expired={"w2"}, allow_moves=False, destined={key(3): "w2"},
+                  spark=(), on_spark={key(1), key(2)}, spark_unable=())
+    assert result.expire == ["w2"]
+    granted = {k: w for (_, w), keys in result.grant.items() for k in keys}
+    assert set(granted) == {key(1), key(2), key(3)} and set(granted.values()) <= {"w1", "w3"}
+    assert not result.revoke

@@ -28,3 +28,28 @@ def test_invented_worker_ids_cannot_grow_the_registry_without_bound() -> None:
     assert not registry.heartbeat(beat("one-more"))
     assert registry.heartbeat(beat("fake-0"))  # a known worker still renews its lease
     assert len(registry.workers) == workers.MAX_WORKERS
+
+
+def test_a_controller_that_could_not_listen_extends_leases_instead_of_expiring_workers() -> None:
+    """A stalled controller (its event loop starved or paused) has heartbeats waiting
+    unread: the time it was deaf does not count against any worker's lease."""
+    registry = WorkerRegistry(lease_ms=2000)
+    registry.since -= 10  # leading for a while: no grace
+    assert registry.heartbeat(beat("w1")) and registry.heartbeat(beat("w2"))
+    registry.workers["w1"].last_seen -= 1.0
+    registry.workers["w2"].last_seen -= 1.0
+    # The loop then stalled for 3s: by the clock alone both leases (2s) are over.
+    for view in registry.workers.values():
+        view.last_seen -= 3.0
+    registry.listened_at -= 3.0
+    assert registry.expired({"w1", "w2"}) == set()
+    assert registry.live() == {"w1", "w2"}
+
+
+def test_a_worker_silent_while_the_controller_listens_still_expires() -> None:
+    registry = WorkerRegistry(lease_ms=2000)
+    registry.since -= 10
+    assert registry.heartbeat(beat("w1")) and registry.heartbeat(beat("w2"))
+    registry.workers["w1"].last_seen -= 2.5  # silent for longer than its lease
+    assert registry.expired({"w1", "w2"}) == {"w1"}
+    assert registry.live() == {"w2"}

@@ -202,6 +202,7 @@ class ControllerService:
                                   on_change=self._leadership_changed)
         self._tasks.append(asyncio.create_task(self._election.run(), name="election"))
         self._tasks.append(asyncio.create_task(self._reconcile_loop(), name="reconcile"))
+        self._tasks.append(asyncio.create_task(self.registry.watch(), name="lease clock"))
         log.info("controller %s on %s (home cluster %r, control log at offset %d)",
                  self.controller_id, address, self.home, self.state.applied_offset)
 

@@ -4,6 +4,14 @@ A worker's lease is renewed by every heartbeat and lasts `lease_ms`. Workers fen
 themselves well before that (they stop their partitions when they could not heartbeat
 for three quarters of the lease), so when the controller sees a lease expire, the
 worker has already stopped and its partitions can go elsewhere.
+
+A lease counts only the time this controller was listening. When its own event loop
+stalls (a starved or paused process), heartbeats sent meanwhile wait unread in its
+sockets; judged by the clock alone, every worker would look silent the moment the loop
+runs again, and live workers -- which never missed a heartbeat and so never fenced
+themselves -- would be declared dead and their partitions handed to others while they
+still copy them. So the registry notices its own stalls (`catch_up`, driven by `watch`
+and run before every lease judgement) and extends every lease by the time it was deaf.
 """
 
 from __future__ import annotations
@@ -60,6 +68,8 @@ class WorkerView:
 PRUNE_GRACE_S = 60.0
 #: Most workers one controller tracks: a flood of invented ids cannot grow it unbounded.
 MAX_WORKERS = 1000
+#: How often `watch` checks that this controller's event loop keeps running.
+LISTEN_PROBE_S = 0.25
 
 
 class WorkerRegistry:
@@ -71,11 +81,34 @@ class WorkerRegistry:
         self._channels: dict[str, grpc.aio.Channel] = {}
         #: Monotonic time from which leases are judged (set when this controller leads).
         self.since = time.monotonic()
+        #: When this controller last showed it was listening (see `catch_up`).
+        self.listened_at = self.since
+
+    def catch_up(self) -> float:
+        """Extend every lease by the time this controller could not hear heartbeats.
+
+        `watch` runs every `LISTEN_PROBE_S`; a longer gap since it (or any lease
+        judgement) last ran means the event loop was stalled, and heartbeats sent
+        meanwhile are still unread. Returns the deaf time credited to every worker."""
+        now = time.monotonic()
+        deaf = now - self.listened_at - 2 * LISTEN_PROBE_S
+        self.listened_at = now
+        if deaf <= 0:
+            return 0.0
+        for view in self.workers.values():
+            view.last_seen = min(now, view.last_seen + deaf)
+        return deaf
+
+    async def watch(self) -> None:
+        """Run `catch_up` regularly (a task of the controller's, cancelled on stop)."""
+        while True:
+            self.catch_up()
+            await asyncio.sleep(LISTEN_PROBE_S)
 
     def reset(self) -> None:
         """A new term: forget what an earlier term saw; judge leases from now on."""
         self.workers.clear()
-        self.since = time.monotonic()
+        self.since = self.listened_at = time.monotonic()
 
     def prune(self) -> None:
         """Forget workers silent for longer than their lease plus `PRUNE_GRACE_S`."""
@@ -85,6 +118,7 @@ class WorkerRegistry:
 
     def heartbeat(self, hb: coordinator_pb2.WorkerHeartbeat) -> bool:
         """Record a heartbeat; False when a new worker would exceed `MAX_WORKERS`."""
+        self.catch_up()
         self.prune()
         if hb.worker_id not in self.workers and len(self.workers) >= MAX_WORKERS:
             return False
@@ -95,6 +129,7 @@ class WorkerRegistry:
         return True
 
     def live(self) -> set[str]:
+        self.catch_up()
         self.prune()
         now = time.monotonic()
         return {w for w, v in self.workers.items() if now - v.last_seen <= self.lease_s}
@@ -116,6 +151,7 @@ class WorkerRegistry:
         """Workers holding partitions whose lease is over (never expired during grace)."""
         if self.in_grace():
             return set()
+        self.catch_up()
         now = time.monotonic()
         return {w for w in holders
                 if w not in self.workers or now - self.workers[w].last_seen > self.lease_s}
