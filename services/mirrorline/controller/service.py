@@ -175,6 +175,7 @@ class ControllerService:
                                                    f"{self.controller_id}|probe"))
         self._probe.start()
         self._tasks.append(asyncio.create_task(self._health(), name="health"))
+        self._tasks.append(asyncio.create_task(self.registry.watch(), name="lease clock"))
         self._tasks.append(asyncio.create_task(self._connect(address), name="connect"))
 
     async def _connect(self, address: str) -> None:
@@ -202,7 +203,6 @@ class ControllerService:
                                   on_change=self._leadership_changed)
         self._tasks.append(asyncio.create_task(self._election.run(), name="election"))
         self._tasks.append(asyncio.create_task(self._reconcile_loop(), name="reconcile"))
-        self._tasks.append(asyncio.create_task(self.registry.watch(), name="lease clock"))
         log.info("controller %s on %s (home cluster %r, control log at offset %d)",
                  self.controller_id, address, self.home, self.state.applied_offset)
 
