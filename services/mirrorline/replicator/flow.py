@@ -17,7 +17,7 @@ import enum
 import functools
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError, OffsetOutOfRangeError
@@ -25,12 +25,14 @@ from opentelemetry.trace import Tracer
 
 from mirrorline.core.backoff import Backoff
 from mirrorline.core.errors import ConfigError
+from mirrorline.core.exactly_once import transactional_id
 from mirrorline.core.offset_syncs import OffsetSyncPlanner
 from mirrorline.core.policy import make_policy
 from mirrorline.core.settings import FlowSettings
 from mirrorline.core.tail_match import Verdict
 from mirrorline.core.topics import OFFSET_MAP_RETENTION_MS, offset_map_topic
 from mirrorline.kafka.admin import ClusterAdmin, TopicSpec
+from mirrorline.kafka.producer_abort import abort_producer
 from mirrorline.kafka.starts import Start, StartPlanner
 from mirrorline.replicator.bookkeeping import OffsetMapWriter, OffsetSyncSender
 from mirrorline.replicator.checker import TargetChecker
@@ -40,10 +42,11 @@ from mirrorline.replicator.discovery import DiscoveryResult, RemoteTopic, TopicD
 from mirrorline.replicator.exactly_once import check_exactly_once
 from mirrorline.replicator.flow_status import partition_views
 from mirrorline.replicator.metrics import PartitionMetrics, ReplicationMetrics
-from mirrorline.replicator.progress import ProgressStore
+from mirrorline.replicator.progress import ProgressStore, read_progress
 from mirrorline.replicator.pump import Delivered, PartitionPump, PumpState
 from mirrorline.replicator.sending import abort_sends, reopen_producer
 from mirrorline.replicator.source_faults import out_of_range, truncated
+from mirrorline.replicator.transactional import RoundBooks, TransactionalDelivery
 from mirrorline.v1 import flows_pb2
 
 log = logging.getLogger(__name__)
@@ -101,6 +104,8 @@ class FlowReplicator:
         self._discovery: TopicDiscovery | None = None
         self._planner_of_starts: StartPlanner | None = None
         self._delivery: DeliveryLoop | None = None
+        #: Exactly-once mode: the bookkeeping each round's transaction carries.
+        self._txn_books: RoundBooks | None = None
 
     @property
     def name(self) -> str:
@@ -112,8 +117,8 @@ class FlowReplicator:
         attempt = 0
         while not self._stopping:
             try:
-                await check_exactly_once(self.flow, self.flow.properties)
-                await self._connect()
+                transactional = await check_exactly_once(self.flow, self.flow.properties)
+                await self._connect(transactional)
                 break
             except ConfigError as exc:  # retrying cannot help: say so once and stay stopped
                 await self._close_clients()
@@ -137,10 +142,17 @@ class FlowReplicator:
         assert self._clients is not None
         checker = TargetChecker(self._pumps, self._clients.target_consumer_kwargs,
                                 on_ack=self._on_ack, on_checked=self._wake_delivery)
-        self._delivery = DeliveryLoop(self._producer, self._pumps, fetch=self._fetch,
-                                      on_ack=self._on_ack,
-                                      on_failed=lambda _pump: checker.wake.set(),
-                                      poll_timeout_ms=self.flow.consumer_poll_timeout_ms)
+        if self._txn_books is not None:
+            self._delivery = TransactionalDelivery(
+                self._producer, self._pumps, fetch=self._fetch, on_ack=self._on_ack,
+                books=self._txn_books, recover=self._recover_transactional,
+                committed=self._committed, on_fenced=self._fenced,
+                poll_timeout_ms=self.flow.consumer_poll_timeout_ms)
+        else:
+            self._delivery = DeliveryLoop(self._producer, self._pumps, fetch=self._fetch,
+                                          on_ack=self._on_ack,
+                                          on_failed=lambda _pump: checker.wake.set(),
+                                          poll_timeout_ms=self.flow.consumer_poll_timeout_ms)
         self._tasks.append(asyncio.create_task(self._delivery.run(), name=f"{self.name} copy"))
         self._tasks.append(asyncio.create_task(checker.run(), name=f"{self.name} check"))
         self._tasks.append(asyncio.create_task(self._watch_loop(), name=f"{self.name} watch"))
@@ -153,9 +165,12 @@ class FlowReplicator:
                                                    name=f"{self.name} discovery"))
         log.info("%s: replicating (worker %s)", self.name, self.worker_id)
 
-    async def _connect(self) -> None:
+    async def _connect(self, transactional: bool = False) -> None:
         flow = self.flow
-        clients = self._clients = await FlowClients.open(flow, self.worker_id)
+        txn_id = (transactional_id(flow.properties.get("mirrorline.deployment"), flow.name,
+                                   self.worker_id) if transactional else None)
+        clients = self._clients = await FlowClients.open(flow, self.worker_id,
+                                                         transactional_id=txn_id)
         self._consumer, self._producer = clients.consumer, clients.producer
         self.source_admin, self.target_admin = clients.source_admin, clients.target_admin
         self._progress = ProgressStore(source_alias=flow.source,
@@ -189,8 +204,17 @@ class FlowReplicator:
             self.name, consumer=clients.consumer, source_consumer=clients.source_consumer_kwargs,
             target_consumer=clients.target_consumer_kwargs, map_topic=map_topic,
             reset=flow.clients.source_consumer.get("auto.offset.reset", "earliest"),
-            syncs=syncs, match_tail=flow.properties.get(
+            # In exactly-once mode committed progress is exact: there is no tail to match.
+            syncs=syncs, match_tail=txn_id is None and flow.properties.get(
                 "mirrorline.resume.tail.match", "true").strip().lower() != "false")
+        if txn_id is not None:
+            self._txn_books = RoundBooks(flow.source, map_topic)
+            if self._planner is not None and flow.offset_syncs_topic_location == "target":
+                assert self._sync_sender is not None
+                # Offset syncs on the target join each round's transaction.
+                self._txn_books.planner, self._txn_books.syncs_topic = (
+                    self._planner, self._sync_sender.topic)
+                self._sync_sender = None
         self._discovery = TopicDiscovery(flow, self.policy, source=clients.source_admin,
                                          target=clients.target_admin)
 
@@ -229,6 +253,37 @@ class FlowReplicator:
         if self._clients is not None and self._delivery is not None:
             self._producer = await reopen_producer(self.name, self._clients, self._delivery,
                                                    self._backoff)
+
+    async def _recover_transactional(self, failed: AIOKafkaProducer) -> AIOKafkaProducer:
+        """Exactly-once mode, after a failed transaction: close the producer and open one
+        with the same transactional id (its InitProducerId settles the open transaction)."""
+        await abort_producer(failed, "transaction failed")
+        assert self._clients is not None and self._delivery is not None
+        self._producer = await reopen_producer(self.name, self._clients, self._delivery,
+                                               self._backoff)
+        return self._producer
+
+    async def _committed(self, partitions: Collection[TopicPartition]
+                         ) -> dict[tuple[str, int], int]:
+        """Committed progress of `partitions`, read `read_committed` from the target."""
+        assert self._clients is not None
+        wanted = {(tp.topic, tp.partition) for tp in partitions}
+        attempt = 0
+        while True:
+            try:
+                found = await read_progress(self._clients.target_consumer_kwargs,
+                                            self.flow.source)
+                return {key: offset for key, offset in found.items() if key in wanted}
+            except Exception as exc:
+                delay = self._backoff.delay(attempt)
+                attempt += 1
+                log.warning("%s: cannot read the committed progress (%r); retrying in %.1fs",
+                            self.name, exc, delay)
+                await asyncio.sleep(delay)
+
+    def _fenced(self, reason: str) -> None:
+        self._producer = None
+        self.state, self.error = FlowState.ERROR, reason
 
     def _wake_delivery(self) -> None:
         if self._delivery is not None:
@@ -414,15 +469,16 @@ class FlowReplicator:
     def _on_ack(self, pump: PartitionPump, delivered: Delivered) -> None:
         records, base = delivered.records, delivered.base_offset
         tp = TopicPartition(pump.source_topic, pump.partition)
-        if self._planner is not None:
+        books = self._txn_books  # exactly-once: the round's transaction wrote these already
+        if self._planner is not None and (books is None or books.planner is None):
             first, last = records[0].offset, records[-1].offset
             upstream: Sequence[int] = (range(first, last + 1)
                                        if last - first + 1 == len(records)
                                        else [r.offset for r in records])
             self._planner.queue_batch(pump.source_topic, pump.partition, upstream, base)
-        if self._progress is not None:
+        if self._progress is not None and books is None:
             self._progress.save(pump.source_topic, pump.partition, pump.next_offset)
-        if self._map_writer is not None:
+        if self._map_writer is not None and books is None:
             self._map_writer.acknowledged(pump.source_topic, pump.partition, records, base)
         metrics = self._pump_metrics.get(tp)
         if metrics is not None:
