@@ -32,7 +32,6 @@ from mirrorline.core.settings import FlowSettings
 from mirrorline.core.tail_match import Verdict
 from mirrorline.core.topics import OFFSET_MAP_RETENTION_MS, offset_map_topic
 from mirrorline.kafka.admin import ClusterAdmin, TopicSpec
-from mirrorline.kafka.producer_abort import abort_producer
 from mirrorline.kafka.starts import Start, StartPlanner
 from mirrorline.replicator.bookkeeping import OffsetMapWriter, OffsetSyncSender
 from mirrorline.replicator.checker import TargetChecker
@@ -42,11 +41,15 @@ from mirrorline.replicator.discovery import DiscoveryResult, RemoteTopic, TopicD
 from mirrorline.replicator.exactly_once import check_exactly_once
 from mirrorline.replicator.flow_status import partition_views
 from mirrorline.replicator.metrics import PartitionMetrics, ReplicationMetrics
-from mirrorline.replicator.progress import ProgressStore, read_progress
+from mirrorline.replicator.progress import ProgressStore
 from mirrorline.replicator.pump import Delivered, PartitionPump, PumpState
-from mirrorline.replicator.sending import abort_sends, reopen_producer
+from mirrorline.replicator.sending import abort_sends, reopen_producer, replace_transactional
 from mirrorline.replicator.source_faults import out_of_range, truncated
-from mirrorline.replicator.transactional import RoundBooks, TransactionalDelivery
+from mirrorline.replicator.transactional import (
+    RoundBooks,
+    TransactionalDelivery,
+    committed_progress,
+)
 from mirrorline.v1 import flows_pb2
 
 log = logging.getLogger(__name__)
@@ -167,8 +170,11 @@ class FlowReplicator:
 
     async def _connect(self, transactional: bool = False) -> None:
         flow = self.flow
+        # Standalone, a flow has one owner whatever the worker id: any new replicator of
+        # the flow fences the previous one. Under a controller, the worker owns its set.
+        owner = "standalone" if self._discover else self.worker_id
         txn_id = (transactional_id(flow.properties.get("mirrorline.deployment"), flow.name,
-                                   self.worker_id) if transactional else None)
+                                   owner) if transactional else None)
         clients = self._clients = await FlowClients.open(flow, self.worker_id,
                                                          transactional_id=txn_id)
         self._consumer, self._producer = clients.consumer, clients.producer
@@ -255,31 +261,16 @@ class FlowReplicator:
                                                    self._backoff)
 
     async def _recover_transactional(self, failed: AIOKafkaProducer) -> AIOKafkaProducer:
-        """Exactly-once mode, after a failed transaction: close the producer and open one
-        with the same transactional id (its InitProducerId settles the open transaction)."""
-        await abort_producer(failed, "transaction failed")
         assert self._clients is not None and self._delivery is not None
-        self._producer = await reopen_producer(self.name, self._clients, self._delivery,
-                                               self._backoff)
+        self._producer = await replace_transactional(self.name, self._clients, self._delivery,
+                                                     self._backoff, failed)
         return self._producer
 
     async def _committed(self, partitions: Collection[TopicPartition]
                          ) -> dict[tuple[str, int], int]:
-        """Committed progress of `partitions`, read `read_committed` from the target."""
         assert self._clients is not None
-        wanted = {(tp.topic, tp.partition) for tp in partitions}
-        attempt = 0
-        while True:
-            try:
-                found = await read_progress(self._clients.target_consumer_kwargs,
-                                            self.flow.source)
-                return {key: offset for key, offset in found.items() if key in wanted}
-            except Exception as exc:
-                delay = self._backoff.delay(attempt)
-                attempt += 1
-                log.warning("%s: cannot read the committed progress (%r); retrying in %.1fs",
-                            self.name, exc, delay)
-                await asyncio.sleep(delay)
+        return await committed_progress(self.name, self._clients.target_consumer_kwargs,
+                                        self.flow.source, partitions, self._backoff)
 
     def _fenced(self, reason: str) -> None:
         self._producer = None
@@ -393,6 +384,7 @@ class FlowReplicator:
                              partition=tp.partition, next_offset=start.offset,
                              backoff=self._backoff)
         pump.target_end = start.point.target_end
+        pump.transactional = self._txn_books is not None
         if start.point.verdict is Verdict.STOP:
             pump.fail(start.point.message, logged=True)
         elif start.point.verdict is Verdict.FALLBACK:

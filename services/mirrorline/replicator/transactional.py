@@ -41,10 +41,12 @@ from typing import Any
 from aiokafka import TopicPartition
 from aiokafka.errors import InvalidProducerEpoch, ProducerFenced
 
+from mirrorline.core.backoff import Backoff
 from mirrorline.core.offset_syncs import OffsetSyncPlanner
 from mirrorline.core.progress import encode_offset, progress_topic, source_offset_key
 from mirrorline.replicator.bookkeeping import _append_run
 from mirrorline.replicator.delivery import DeliveryLoop, Fetch, OnAck
+from mirrorline.replicator.progress import read_progress
 from mirrorline.replicator.pump import PartitionPump
 from mirrorline.v1 import offset_map_pb2
 
@@ -53,7 +55,7 @@ log = logging.getLogger(__name__)
 #: Errors that mean another producer with our transactional id has taken over.
 FENCED = (ProducerFenced, InvalidProducerEpoch)
 #: How long an abort may take before the producer is replaced without it.
-ABORT_TIMEOUT_S = 10.0
+ABORT_TIMEOUT_S = 5.0
 
 #: (topic, partition or None for the key's default partition, key, value)
 Extra = tuple[str, int | None, bytes | None, bytes]
@@ -132,8 +134,11 @@ class TransactionalDelivery(DeliveryLoop):
 
     async def run(self) -> None:
         while not self._stopping and self.fenced is None:
-            for pump in self._pumps.values():
-                pump.transactional = True
+            if self.producer is None:  # being replaced (`abort_sends`): wait for it
+                self.wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.wake.wait(), 1.0)
+                continue
             busy = any(p.ready(time.monotonic()) for p in self._pumps.values())
             await self._fetch(0 if busy else self._poll_timeout_ms)
             if self._stopping:
@@ -161,12 +166,12 @@ class TransactionalDelivery(DeliveryLoop):
             futures = [await producer.send_batch(batch, pump.target_topic,
                                                  partition=pump.partition)
                        for pump, batch in batches]
-            metadata = await asyncio.gather(*futures)
+            metadata = await _all(futures)
             sent = [(pump, meta.offset) for (pump, _), meta in zip(batches, metadata,
                                                                      strict=True)]
             extras = [await producer.send(topic, key=key, value=value, partition=partition)
                       for topic, partition, key, value in self._books.records(sent)]
-            await asyncio.gather(*extras)
+            await _all(extras)
             committing = True
             await producer.commit_transaction()
         except FENCED as exc:
@@ -193,8 +198,9 @@ class TransactionalDelivery(DeliveryLoop):
         # already; the flow opens the next one itself.
         external = self.producer is not producer
         self.producer = None
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(producer.abort_transaction(), ABORT_TIMEOUT_S)
+        if not external:  # an aborted producer cannot end its transaction any more
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(producer.abort_transaction(), ABORT_TIMEOUT_S)
         self._books.rolled_back(pumps)
         replacement = None
         landed: Mapping[tuple[str, int], int] = {}
@@ -256,3 +262,31 @@ class TransactionalDelivery(DeliveryLoop):
         """After the producer was aborted the round under way fails and ends by itself."""
         if self._round is not None and not self._round.done():
             await asyncio.wait([self._round])
+
+
+async def _all(futures: Sequence[Awaitable[Any]]) -> list[Any]:
+    """Every result, or the first error once all have settled (none left unobserved)."""
+    results = await asyncio.gather(*futures, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return results
+
+
+async def committed_progress(flow: str, target_consumer: Mapping[str, Any], source_alias: str,
+                             partitions: Collection[TopicPartition], backoff: Backoff
+                             ) -> dict[tuple[str, int], int]:
+    """The committed progress of `partitions` (`target_consumer` reads read_committed),
+    retrying with backoff while the target cannot be read."""
+    wanted = {(tp.topic, tp.partition) for tp in partitions}
+    attempt = 0
+    while True:
+        try:
+            found = await read_progress(target_consumer, source_alias)
+            return {key: offset for key, offset in found.items() if key in wanted}
+        except Exception as exc:
+            delay = backoff.delay(attempt)
+            attempt += 1
+            log.warning("%s: cannot read the committed progress (%r); retrying in %.1fs",
+                        flow, exc, delay)
+            await asyncio.sleep(delay)
