@@ -408,3 +408,60 @@ async def test_transactions_are_used_where_the_probe_succeeds(probe: list[str | 
     settings = parse_config(base + "b.exactly.once.source.support = enabled\n")
     with pytest.raises(ConfigError, match=r"b\.exactly\.once\.source\.support"):
         await check_exactly_once(settings.flows["a->b"], settings.raw)
+
+
+async def started(h: Harness, call: str) -> None:
+    while not any(c[0] == call for c in h.producer.calls):  # noqa: ASYNC110 - plain state
+        await asyncio.sleep(0)
+
+
+async def test_a_commit_hanging_when_the_producer_is_aborted_stops_the_partition() -> None:
+    """Stopping (or a worker losing its lease) aborts the producer while a commit waits
+    for an unreachable coordinator: whether it landed is unknown, so the partition sends
+    nothing more and its next owner resumes from the committed progress."""
+    h = Harness(partitions=1)
+    h.offer(0, 0, 3)
+    never = asyncio.Event()
+    commit = h.producer.commit_transaction
+
+    async def hanging_commit() -> None:
+        h.producer.calls.append(("commit",))
+        await never.wait()
+        await commit()
+
+    h.producer.commit_transaction = hanging_commit  # type: ignore[method-assign]
+    task = asyncio.create_task(h.loop.run())
+    await started(h, "commit")
+    h.loop.producer = None  # what `abort_sends` does before aborting the producer
+    await asyncio.wait_for(h.loop.settle_all(), 5)
+    pump = h.pump(0)
+    assert pump.state is PumpState.STOPPED and not pump.in_flight
+    assert pump.error is not None and "outcome unknown" in pump.error
+    assert pump.next_offset == 0 and not h.acks
+    assert len(h.producers) == 1  # the flow opens the next producer, not the round
+    assert await h.loop.drain(5)
+    await asyncio.wait_for(task, 5)
+
+
+async def test_sends_failing_because_the_producer_was_aborted_are_sent_again_later() -> None:
+    """The round's sends failed, so nothing can have committed: the records go again with
+    the flow's next producer."""
+    h = Harness(partitions=1)
+    h.offer(0, 0, 3)
+    h.producer.fail_batches = 1  # as `abort_producer` fails every queued batch
+    original = h.producer
+
+    async def abort_while_sending(batch: Batch, topic: str, *, partition: int
+                                  ) -> asyncio.Future[Meta]:
+        h.loop.producer = None
+        return await RecordingProducer.send_batch(original, batch, topic,
+                                                  partition=partition)
+
+    original.send_batch = abort_while_sending  # type: ignore[method-assign]
+    await h.loop.round()
+    pump = h.pump(0)
+    assert pump.state is PumpState.RUNNING and not pump.in_flight and pump.next_offset == 0
+    assert len(h.producers) == 1 and ("abort",) not in original.calls
+    h.loop.producer = await h._recover(original)  # the flow's new producer
+    await h.loop.round()
+    assert h.copies(0) == expected(0, 0, 3)

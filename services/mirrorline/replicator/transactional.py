@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiokafka import TopicPartition
-from aiokafka.errors import InvalidProducerEpoch, ProducerFenced
+from aiokafka.errors import InvalidProducerEpoch, KafkaTimeoutError, ProducerFenced
 
 from mirrorline.core.backoff import Backoff
 from mirrorline.core.offset_syncs import OffsetSyncPlanner
@@ -56,6 +56,9 @@ log = logging.getLogger(__name__)
 FENCED = (ProducerFenced, InvalidProducerEpoch)
 #: How long an abort may take before the producer is replaced without it.
 ABORT_TIMEOUT_S = 5.0
+#: How long a commit may take before its outcome counts as unknown (aiokafka would wait
+#: for ever while the coordinator is unreachable).
+COMMIT_TIMEOUT_S = 30.0
 
 #: (topic, partition or None for the key's default partition, key, value)
 Extra = tuple[str, int | None, bytes | None, bytes]
@@ -131,6 +134,8 @@ class TransactionalDelivery(DeliveryLoop):
         self.rounds_committed = 0
         self.rounds_aborted = 0
         self.fenced: str | None = None
+        #: Set by `settle_all` (the producer was aborted): a commit under way stops waiting.
+        self._interrupt = asyncio.Event()
 
     async def run(self) -> None:
         while not self._stopping and self.fenced is None:
@@ -173,7 +178,7 @@ class TransactionalDelivery(DeliveryLoop):
                       for topic, partition, key, value in self._books.records(sent)]
             await _all(extras)
             committing = True
-            await producer.commit_transaction()
+            await self._bounded(producer.commit_transaction(), COMMIT_TIMEOUT_S)
         except FENCED as exc:
             self._fence(pumps, exc)
             return
@@ -259,9 +264,30 @@ class TransactionalDelivery(DeliveryLoop):
         return bool(done)
 
     async def settle_all(self) -> None:
-        """After the producer was aborted the round under way fails and ends by itself."""
+        """After the producer was aborted the round under way fails and ends: its sends
+        fail at once, and a commit under way stops waiting (its outcome is unknown)."""
         if self._round is not None and not self._round.done():
-            await asyncio.wait([self._round])
+            self._interrupt.set()
+            try:
+                await asyncio.wait([self._round])
+            finally:
+                self._interrupt.clear()
+
+    async def _bounded(self, operation: Awaitable[Any], timeout: float) -> Any:
+        """`operation`, unless `timeout` passes or `settle_all` interrupts it first."""
+        task = asyncio.ensure_future(operation)
+        interrupted = asyncio.ensure_future(self._interrupt.wait())
+        try:
+            done, _ = await asyncio.wait({task, interrupted}, timeout=timeout,
+                                         return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            interrupted.cancel()
+        if task in done:
+            return task.result()
+        task.cancel()
+        raise KafkaTimeoutError("the transaction did not end in time"
+                                if not self._interrupt.is_set() else
+                                "the producer was aborted while the transaction ended")
 
 
 async def _all(futures: Sequence[Awaitable[Any]]) -> list[Any]:
