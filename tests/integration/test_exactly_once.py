@@ -420,3 +420,19 @@ async def test_required_exactly_once_on_a_target_without_usable_transactions_exi
     assert proc.returncode == 2, text
     assert "configuration error" in text and "primary->backup.exactly.once.support" in text
     assert "InitProducerId" in text
+
+
+async def test_requested_exactly_once_on_a_target_without_usable_transactions_copies_anyway(
+        primary: LocalBroker, backup: LocalBroker, unique: str, tmp_path: Path) -> None:
+    """`requested` uses transactions only where they run: on the local test broker the
+    probe fails, so the flow copies every record without them and says so, naming the key."""
+    topic, remote = f"{unique}-eos-req", f"primary.{unique}-eos-req"
+    await create_topic(primary.bootstrap, topic, PARTITIONS)
+    await burst(primary.bootstrap, topic, 0, 500)
+    config = mm2_config({"primary": primary, "backup": backup}, {"primary->backup": {
+        "topics": topic, "exactly.once.support": "requested"}})
+    async with replicator(config, tmp_path, name="requested") as proc:
+        await assert_exactly_once(primary, backup, topic, remote)
+        log = proc.log_path.read_text()
+    assert "primary->backup.exactly.once.support = requested" in log
+    assert "records are copied without them" in log
