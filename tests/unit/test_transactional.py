@@ -465,3 +465,25 @@ async def test_sends_failing_because_the_producer_was_aborted_are_sent_again_lat
     h.loop.producer = await h._recover(original)  # the flow's new producer
     await h.loop.round()
     assert h.copies(0) == expected(0, 0, 3)
+
+
+async def test_a_stop_while_the_target_cannot_be_reached_after_a_failure_ends_promptly(
+) -> None:
+    """A failed round waits for a new producer while the target does not answer; a stop
+    must not wait for it (every service stops within seconds of SIGTERM)."""
+    h = Harness(partitions=1)
+    h.offer(0, 0, 3)
+    h.producer.fail_batches = 1
+    unreachable = asyncio.Event()
+
+    async def never_recovers(failed: Any) -> RecordingProducer:
+        unreachable.set()
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    h.loop._recover = never_recovers
+    task = asyncio.create_task(h.loop.run())
+    await asyncio.wait_for(unreachable.wait(), 5)
+    assert await asyncio.wait_for(h.loop.drain(0.05), 5)
+    await asyncio.wait_for(task, 5)
+    assert h.copies(0) == [] and h.pump(0).next_offset == 0

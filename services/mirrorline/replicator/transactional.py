@@ -154,7 +154,11 @@ class TransactionalDelivery(DeliveryLoop):
             # A round runs to its end (commit or abort) even when the loop is cancelled:
             # `drain` waits for it, so a stop never leaves a transaction half-handled.
             self._round = asyncio.ensure_future(self.round())
-            await asyncio.shield(self._round)
+            try:
+                await asyncio.shield(self._round)
+            except asyncio.CancelledError:
+                if not self._round.cancelled():
+                    raise  # this loop was cancelled, not the round (`drain` did that)
 
     async def round(self) -> None:
         """One transaction: the next batch of every ready partition, with its bookkeeping."""
@@ -261,7 +265,15 @@ class TransactionalDelivery(DeliveryLoop):
         if self._round is None or self._round.done():
             return True
         done, _ = await asyncio.wait([self._round], timeout=timeout)
-        return bool(done)
+        if done:
+            return True
+        if self.producer is None:
+            # Replacing the producer after a failed round (the target does not answer):
+            # there is nothing left to abort, and nothing of the round can commit.
+            self._round.cancel()
+            await asyncio.gather(self._round, return_exceptions=True)
+            return True
+        return False
 
     async def settle_all(self) -> None:
         """After the producer was aborted the round under way fails and ends: its sends
