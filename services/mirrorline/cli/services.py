@@ -140,7 +140,7 @@ def _controller(args: argparse.Namespace) -> int:
     from mirrorline.controller.service import ControllerService
 
     controller_id = args.controller_id or f"controller-{uuid.uuid4().hex[:6]}"
-    return run_service(lambda: ControllerService(
+    return _serve(lambda: ControllerService(
         settings, controller_id=controller_id, targets=args.clusters, grpc_host=args.bind,
         grpc_port=args.grpc_port, advertise=args.advertise, metrics_host=args.bind,
         metrics_port=None if args.metrics_port < 0 else args.metrics_port,
