@@ -487,3 +487,16 @@ async def test_a_stop_while_the_target_cannot_be_reached_after_a_failure_ends_pr
     assert await asyncio.wait_for(h.loop.drain(0.05), 5)
     await asyncio.wait_for(task, 5)
     assert h.copies(0) == [] and h.pump(0).next_offset == 0
+
+
+async def test_source_gaps_give_one_offset_map_run_per_stretch_in_the_transaction() -> None:
+    """Compaction or transaction markers upstream: the map says where each record is."""
+    h = Harness(partitions=1)
+    h.pump(0).offer([Rec(o, f"p0-{o}".encode()) for o in (0, 1, 5, 6, 7)])  # type: ignore[misc]
+    await h.loop.round()
+    value = next(e.value for e in h.target.logs[(MAP, 0)] if e.state == "committed")
+    assert value is not None
+    runs = offset_map_pb2.OffsetMapRecord.FromString(value).runs
+    assert [(r.upstream_start, r.count, r.downstream_start) for r in runs] == [
+        (0, 2, 0), (5, 3, 2)]
+    assert h.target.committed_progress() == {("orders", 0): 8}
