@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 import grpc
 from opentelemetry.metrics import CallbackOptions, Observation
 
+from mirrorline import grpcsecure
 from mirrorline.checkpointer.api import CheckpointerServicer
 from mirrorline.checkpointer.flow import FlowCheckpointer
 from mirrorline.controlplane.home import control_topics, home_clients, home_cluster
@@ -267,7 +268,7 @@ class CheckpointerService:
                 if leader != target:
                     if channel is not None:
                         await channel.close()
-                    channel, target = grpc.aio.insecure_channel(leader), leader
+                    channel, target = grpcsecure.channel(leader), leader
                 assert channel is not None
                 with contextlib.suppress(grpc.aio.AioRpcError):
                     await coordinator_pb2_grpc.CoordinatorStub(channel).Announce(

@@ -27,6 +27,7 @@ import grpc
 from aiokafka.errors import KafkaError
 
 from mirrorline.controller.admin import AdminServicer
+from mirrorline.controller.audit import AuditInterceptor
 from mirrorline.controller.discovery import Discoveries
 from mirrorline.controller.election import Election
 from mirrorline.controller.reconciler import Reconciler
@@ -72,7 +73,7 @@ class ControllerService:
         self.controller_id = controller_id
         self.home = home_cluster(deployment, targets)
         self._grpc = ServiceServer(name=f"controller {controller_id}", host=grpc_host,
-                                   port=grpc_port)
+                                   port=grpc_port, interceptors=[AuditInterceptor(self)])
         self._advertise = advertise
         self._metrics = (metrics_host, metrics_port)
         self._lease_ms = lease_ms

@@ -10,6 +10,7 @@ not the leader (trailing metadata `leader-address` says where the leader is).
 from collections import abc as _abc
 from grpc import aio as _aio
 from mirrorline.v1 import admin_pb2 as _admin_pb2
+from mirrorline.v1 import audit_pb2 as _audit_pb2
 from mirrorline.v1 import failover_pb2 as _failover_pb2
 import abc as _abc_1
 import grpc as _grpc
@@ -59,6 +60,8 @@ class AdminStub:
     FailoverToTime: _grpc.UnaryUnaryMultiCallable[_failover_pb2.FailoverToTimeRequest, _failover_pb2.FailoverResult]
     PlanFailback: _grpc.UnaryUnaryMultiCallable[_failover_pb2.PlanFailbackRequest, _failover_pb2.FailbackPlan]
     ExecuteFailback: _grpc.UnaryUnaryMultiCallable[_failover_pb2.ExecuteFailbackRequest, _failover_pb2.FailbackResult]
+    History: _grpc.UnaryUnaryMultiCallable[_audit_pb2.HistoryRequest, _audit_pb2.HistoryResponse]
+    """The audit trail: state-changing calls, newest last (see audit.proto)."""
 
 @_typing.type_check_only
 class AdminAsyncStub(AdminStub):
@@ -86,6 +89,8 @@ class AdminAsyncStub(AdminStub):
     FailoverToTime: _aio.UnaryUnaryMultiCallable[_failover_pb2.FailoverToTimeRequest, _failover_pb2.FailoverResult]  # type: ignore[assignment]
     PlanFailback: _aio.UnaryUnaryMultiCallable[_failover_pb2.PlanFailbackRequest, _failover_pb2.FailbackPlan]  # type: ignore[assignment]
     ExecuteFailback: _aio.UnaryUnaryMultiCallable[_failover_pb2.ExecuteFailbackRequest, _failover_pb2.FailbackResult]  # type: ignore[assignment]
+    History: _aio.UnaryUnaryMultiCallable[_audit_pb2.HistoryRequest, _audit_pb2.HistoryResponse]  # type: ignore[assignment]
+    """The audit trail: state-changing calls, newest last (see audit.proto)."""
 
 class AdminServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -212,5 +217,13 @@ class AdminServicer(metaclass=_abc_1.ABCMeta):
         request: _failover_pb2.ExecuteFailbackRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_failover_pb2.FailbackResult, _abc.Awaitable[_failover_pb2.FailbackResult]]: ...
+
+    @_abc_1.abstractmethod
+    def History(
+        self,
+        request: _audit_pb2.HistoryRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_audit_pb2.HistoryResponse, _abc.Awaitable[_audit_pb2.HistoryResponse]]:
+        """The audit trail: state-changing calls, newest last (see audit.proto)."""
 
 def add_AdminServicer_to_server(servicer: AdminServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
