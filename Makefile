@@ -13,7 +13,7 @@ IMAGE   ?= mirrorline:$(VERSION)
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[dev,spark]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -31,7 +31,7 @@ test-unit: install
 	$(BIN)/pytest -q tests/unit
 
 lint: install
-	$(BIN)/ruff check services tests bench
+	$(BIN)/ruff check services spark tests bench
 	$(BIN)/mypy
 
 bench: install

@@ -19,7 +19,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import kcat, mirrorline_replicator, raw_aiokafka
+from bench import kcat, mirrorline_replicator, raw_aiokafka, spark_executor
 from bench.common import (
     BenchEnv,
     Contender,
@@ -38,9 +38,14 @@ CONTENDERS: list[tuple[str, Contender]] = [
     ("raw_aiokafka", raw_aiokafka.run),
     ("mirrorline", mirrorline_replicator.run),
     ("kcat", kcat.run),
+    ("spark_local2", spark_executor.make("local[2]")),
+    ("spark_local1", spark_executor.make("local[1]")),
 ]
 
 SOURCE, TARGET = "source", "target"
+
+#: Start-up seconds of each contender's runs in the current scenario.
+startups: dict[str, list[float]] = {}
 
 
 @dataclass(frozen=True)
@@ -59,6 +64,7 @@ class Result:
     scenario: Scenario
     contender: str
     seconds: float  # median over runs
+    startup: float | None = None  # median seconds from launch to the first record
 
     @property
     def records_per_s(self) -> float:
@@ -120,6 +126,7 @@ async def run_once(
         start = f" (first record after {env.startup[-1]:.2f}s)" if env.startup else ""
         print(f"  {name}: {seconds:.2f}s, {scenario.records / seconds:,.0f} records/s{start}",
               flush=True)
+        startups.setdefault(name, []).extend(env.startup[-1:])
         return seconds
     finally:
         await asyncio.gather(delete_topics(source.bootstrap, [topic]),
@@ -160,8 +167,11 @@ async def bench(args: argparse.Namespace) -> list[Result]:
                     except ContenderUnavailable as exc:
                         print(f"  SKIP {name}: {exc}", flush=True)
                         unavailable.add(name)
-            results.extend(Result(scenario, name, statistics.median(runs))
+            results.extend(Result(scenario, name, statistics.median(runs),
+                                  statistics.median(startups[name]) if startups.get(name)
+                                  else None)
                            for name, runs in times.items() if runs)
+            startups.clear()
     finally:
         await asyncio.gather(*(stop_broker_async(b.pid) for b in started))
         await asyncio.to_thread(shutil.rmtree, workdir, True)
@@ -187,6 +197,11 @@ def print_table(results: list[Result]) -> None:
         print("  ".join(cells))
     print("(seconds: first record on the target to the last; MB/s counts value bytes;\n"
           " 'x NAME' = this contender's throughput / NAME's)")
+    startups = [r for r in results if r.startup is not None]
+    if startups:
+        print("start-up, from launch to the first record on the target (not timed above):")
+        for r in startups:
+            print(f"  {r.scenario.label}  {r.contender}: {r.startup:.1f}s")
 
 
 def main(argv: list[str] | None = None) -> int:

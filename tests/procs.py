@@ -219,6 +219,20 @@ class Deployment:
         self.workers[name] = proc
         return proc
 
+    async def executor(self, name: str = "x1", *, master: str = "local[2]",
+                       conf: Mapping[str, str] | None = None) -> ServiceProcess:
+        """A Spark executor (`mirrorline spark-executor`); the controller sees `spark:<name>`."""
+        port = free_port()
+        extra = [a for k, v in (conf or {}).items() for a in ("--spark-conf", f"{k}={v}")]
+        proc = ServiceProcess(
+            ["spark-executor", "--config", str(self.path), "--executor-id", name,
+             "--master", master, "--grpc-port", str(port), "--metrics-port", "-1",
+             "--spark-conf", "spark.ui.enabled=false", *extra], grpc_port=port,
+            log_path=self.tmp / f"spark-{name}.log")
+        await proc.start()
+        self.workers[f"spark:{name}"] = proc
+        return proc
+
     async def checkpointer(self, name: str = "k1") -> ServiceProcess:
         port = free_port()
         proc = ServiceProcess(

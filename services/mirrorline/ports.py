@@ -13,6 +13,7 @@ GRPC_PORTS = {
     "checkpointer": 7120,
     "heartbeat": 7130,
     "configsync": 7140,
+    "spark-executor": 7150,
 }
 
 METRICS_PORTS = {
@@ -21,13 +22,15 @@ METRICS_PORTS = {
     "checkpointer": 9720,
     "heartbeat": 9730,
     "configsync": 9740,
+    "spark-executor": 9750,
 }
 
 
 def run_ports(workers: int, offset: int = 0) -> dict[str, int]:
     """Every port `mirrorline run --workers N --port-offset OFFSET` listens on, by use."""
     out: dict[str, int] = {}
-    for service, count in (("controller", 1), ("replicator", workers), ("checkpointer", 1)):
+    for service, count in (("controller", 1), ("replicator", workers), ("checkpointer", 1),
+                           ("configsync", 1)):
         for i in range(count):
             name = service if count == 1 else f"{service}-{i}"
             out[f"{name} gRPC"] = GRPC_PORTS[service] + offset + i

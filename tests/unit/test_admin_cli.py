@@ -266,6 +266,7 @@ def test_json_of_workers_includes_their_partitions() -> None:
         "worker_id": "w-1", "address": "", "alive": False, "last_heartbeat_ms": "0",
         "lease_expires_ms": "0", "bytes_per_second": 0.0, "records_per_second": 0.0,
         "partitions": [{"flow": "a->b", "topic": "t", "partition": 0}],
+        "kind": "", "ui_address": "", "problem": "",
     }]
 
 

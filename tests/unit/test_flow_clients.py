@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from mirrorline.kafka.clients import producer_kwargs
-from mirrorline.replicator.clients import DEFAULT_BATCH_BYTES, batch_sizes
+from mirrorline.kafka.flowclients import DEFAULT_BATCH_BYTES, batch_sizes
 
 
 def sizes(java: dict[str, str]) -> dict[str, int]:

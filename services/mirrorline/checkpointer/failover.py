@@ -34,9 +34,9 @@ from mirrorline.core.failover import (
 from mirrorline.core.fencing import foreign_groups
 from mirrorline.core.translation import Translation
 from mirrorline.kafka.groups import GroupInUse, GroupState
+from mirrorline.kafka.progress import read_progress
 from mirrorline.kafka.timeindex import TimeIndex
 from mirrorline.kafka.watermarks import high_watermarks
-from mirrorline.replicator.progress import read_progress
 from mirrorline.v1 import failover_pb2
 
 log = logging.getLogger(__name__)

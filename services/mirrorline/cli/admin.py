@@ -21,7 +21,8 @@ waits for the drain: its deadline is the larger of `--timeout` and the drain tim
 30 seconds (`call_deadline`).
 
 Commands: `flows list|get|create|update|pause|resume|delete|import`, `status`, `workers`,
-`offsets translate`, `failover plan|execute|to-time`, `failback plan|execute`.
+`offsets translate`, `failover plan|execute|to-time`, `failback plan|execute`, and
+`drift [apply|history]` (`mirrorline.cli.admin_drift`).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ import grpc
 from google.protobuf.message import Message
 
 from mirrorline import grpcsecure
-from mirrorline.cli import admin_security
+from mirrorline.cli import admin_security, partitions
 from mirrorline.cli.admin_args import (
     DEFAULT_DRAIN_TIMEOUT,
     DEFAULT_SERVER,
@@ -595,6 +596,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                             required=True, metavar="GROUP",
                             help="consumer group (repeatable; at least one)")
 
+    partitions.register(group("partitions", "where partitions run: the replicator workers "
+                                            "or the Spark executor"), leaf, _unary)
+
     offsets_sub = group("offsets", "consumer group offsets across a flow")
     translate = leaf(offsets_sub, "translate", _offsets_translate,
                      "show where a group's source offsets are on the target")
@@ -654,6 +658,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--topic", dest="topics", type=non_blank("topic"), action="append", metavar="TOPIC",
         help="with --scrape: scrape only this topic (repeatable; default: every topic of "
              "the flow)")
+
+    from mirrorline.cli import admin_drift  # its handlers call back into this module
+
+    admin_drift.register(admin_sub, common)
 
 
 def _min_interval(text: str) -> float:

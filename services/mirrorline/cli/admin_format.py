@@ -249,6 +249,13 @@ def format_status(report: admin_pb2.StatusReport) -> str:
             right=(2, 4, 5, 6, 7)))
     elif flows:
         parts.append("no partitions")
+    on_spark = [p for p in partitions if p.worker_id.startswith("spark:")]
+    if on_spark:
+        parts.append(render_table(
+            ("ON SPARK", "TOPIC", "PARTITION", "EXECUTOR", "MICRO-BATCH MS", "RECORDS/S"),
+            ((p.flow, p.source_topic, str(p.partition), p.worker_id,
+              _millis(p.micro_batch_ms), format_rate(p.records_per_second))
+             for p in on_spark), right=(2, 4, 5)))
     return "\n\n".join(parts)
 
 
@@ -267,9 +274,13 @@ def format_workers(response: admin_pb2.ListWorkersResponse, now_ms: int) -> str:
          str(len(w.partitions)))
         for w in workers
     ]
-    return render_table(
+    table = render_table(
         ("WORKER", "ADDRESS", "ALIVE", "HEARTBEAT AGE", "BYTES/S", "RECORDS/S", "PARTITIONS"),
         rows, right=(3, 4, 5, 6))
+    notes = [f"{w.worker_id}: Spark executor, UI {w.ui_address or NONE}"
+             + (f"; gave its partitions back: {w.problem}" if w.problem else "")
+             for w in workers if w.kind == "spark"]
+    return "\n".join([table, *notes])
 
 
 # --------------------------------------------------------------------------- offsets

@@ -1,4 +1,4 @@
-"""`mirrorline replicator|controller|checkpointer|run`: starting services from an MM2
+"""`mirrorline replicator|controller|checkpointer|configsync|run`: starting services from an MM2
 properties file."""
 
 from __future__ import annotations
@@ -93,6 +93,18 @@ def register(subparsers: Any) -> None:
     _ports(chk, "checkpointer")
     chk.set_defaults(handler=_checkpointer)
 
+    cfs = subparsers.add_parser("configsync",
+                                help="run the config-sync service (topic configs, partition "
+                                     "counts, ACLs, drift plans)")
+    _common(cfs)
+    cfs.add_argument("--managed", action="store_true",
+                     help="take flows from the controller's control log (default: every "
+                          "enabled flow of the file)")
+    cfs.add_argument("--instance-id", default="configsync",
+                     help="name of this instance (default %(default)s)")
+    _ports(cfs, "configsync")
+    cfs.set_defaults(handler=_configsync)
+
     run = subparsers.add_parser("run", help="start this deployment's services as processes")
     _common(run)
     run.add_argument("--workers", type=int, default=2, metavar="N",
@@ -103,6 +115,10 @@ def register(subparsers: Any) -> None:
                      help="how long the controller's leadership and each worker's "
                           "membership last without renewal: a stopped controller or worker "
                           "is replaced after at most this long (default %(default)s ms)")
+    run.add_argument("--spark", action="store_true",
+                     help="also start a Spark executor (needs the spark extra and Java 17+)")
+    run.add_argument("--spark-master", default="local[*]", metavar="URL",
+                     help="Spark master for --spark (default %(default)s)")
     run.set_defaults(handler=_run)
 
 
@@ -168,6 +184,20 @@ def _checkpointer(args: argparse.Namespace) -> int:
         managed=args.managed, advertise=args.advertise))
 
 
+def _configsync(args: argparse.Namespace) -> int:
+    configure_logging("configsync", args.log_level)
+    settings = load_settings(args.config, args.bind)
+    if settings is None:
+        return 2
+    from mirrorline.configsync.service import ConfigSyncService
+
+    return _serve(lambda: ConfigSyncService(
+        settings, instance_id=args.instance_id, targets=args.clusters,
+        grpc_host=args.bind, grpc_port=args.grpc_port, metrics_host=args.bind,
+        metrics_port=None if args.metrics_port < 0 else args.metrics_port,
+        managed=args.managed, advertise=args.advertise))
+
+
 def _run(args: argparse.Namespace) -> int:
     configure_logging("run", args.log_level)
     settings = load_settings(args.config, args.bind)
@@ -198,7 +228,14 @@ def _run(args: argparse.Namespace) -> int:
                                                *ports("replicator", i),
                                                "--worker-id", f"replicator-{i}"))
                  for i in range(args.workers)]
+    if args.spark:
+        children.append(ChildSpec("spark-executor", (
+            "spark-executor", *common, *ports("spark-executor"), "--executor-id", "0",
+            "--master", args.spark_master)))
     children.append(ChildSpec("checkpointer", ("checkpointer", "--managed", *common,
                                                 *ports("checkpointer"),
                                                 "--instance-id", "checkpointer-0")))
+    children.append(ChildSpec("configsync", ("configsync", "--managed", *common,
+                                              *ports("configsync"),
+                                              "--instance-id", "configsync-0")))
     return asyncio.run(Supervisor(children).run())

@@ -15,9 +15,10 @@ from typing import Any, NoReturn, Protocol
 
 import grpc
 
-from mirrorline.controller import status
+from mirrorline.controller import placement, status
 from mirrorline.controller.audit import MAX_HISTORY, history
 from mirrorline.controller.discovery import Discoveries
+from mirrorline.controller.drift import DriftAdmin
 from mirrorline.controller.failback import Failback, FailbackError, ScrapeRefused, confirmation
 from mirrorline.controller.workers import WorkerRegistry
 from mirrorline.core.control import ControlState, FlowRecord, Outcome
@@ -40,6 +41,7 @@ from mirrorline.v1 import (
     failover_pb2,
     failover_pb2_grpc,
     flows_pb2,
+    spark_pb2,
 )
 
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -59,7 +61,7 @@ class ControllerContext(Protocol):
     async def append(self, record: control_pb2.ControlRecord) -> tuple[int, Outcome]: ...
 
 
-class AdminServicer(admin_pb2_grpc.AdminServicer):
+class AdminServicer(DriftAdmin, admin_pb2_grpc.AdminServicer):
     def __init__(self, controller: ControllerContext) -> None:
         self._c = controller
 
@@ -271,6 +273,15 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
         except FailbackError as exc:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
             raise
+
+    # -- where partitions run (issue 8) ---------------------------------------------------
+    async def OffloadPartitions(self, request: spark_pb2.PlacePartitionsRequest,
+                                context: Context) -> spark_pb2.PlacePartitionsResponse:
+        return await placement.place(self._c, request, context, "spark")
+
+    async def ReclaimPartitions(self, request: spark_pb2.PlacePartitionsRequest,
+                                context: Context) -> spark_pb2.PlacePartitionsResponse:
+        return await placement.place(self._c, request, context, "workers")
 
     async def ExecuteFailback(self, request: failover_pb2.ExecuteFailbackRequest,
                               context: Context) -> failover_pb2.FailbackResult:

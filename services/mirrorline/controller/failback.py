@@ -27,8 +27,8 @@ from mirrorline.core.settings import MirrorSettings
 from mirrorline.kafka.admin import ClusterAdmin, TopicSpec
 from mirrorline.kafka.clients import build, consumer_kwargs
 from mirrorline.kafka.groups import GroupOffsets
+from mirrorline.kafka.progress import read_progress
 from mirrorline.kafka.watermarks import high_watermarks
-from mirrorline.replicator.progress import read_progress
 from mirrorline.v1 import failover_pb2
 
 log = logging.getLogger(__name__)

@@ -12,6 +12,7 @@ from mirrorline.core.assignment import PartitionKey
 from mirrorline.core.control import ControlState, Outcome, partition_refs
 from mirrorline.core.errors import ConfigError
 from mirrorline.core.flowdefs import Definition, flow_settings
+from mirrorline.core.offload import OffloadPolicy
 from mirrorline.core.reconcile import plan
 from mirrorline.core.settings import MirrorSettings
 from mirrorline.v1 import control_pb2
@@ -36,6 +37,8 @@ class Reconciler:
         self._destined: dict[PartitionKey, str] = {}
         #: Flows whose definition no longer fits the deployment (e.g. a cluster removed).
         self.broken: dict[str, str] = {}
+        #: Which partitions run on the Spark executor (issue 8).
+        self.offload = OffloadPolicy()
 
     def reset(self) -> None:
         self._known_live = frozenset()
@@ -75,10 +78,17 @@ class Reconciler:
         desired = self._discoveries.desired()
         waiting = self._discoveries.undiscovered()
         desired.update({k: o.remote_topic for k, o in state.owners.items() if k.flow in waiting})
+        spark = self._registry.spark_workers()
+        able = self._registry.spark_executors()
+        on_spark = self.offload.decide(
+            time.monotonic(), list(desired), {s.name: s.offload for s, _ in tracked},
+            self._registry.partition_loads(), state.placements,
+            {k for k, o in state.owners.items() if o.worker_id in spark}, bool(able))
         result = plan(state, desired, live, self._registry.reports(),
                       self._registry.loads(),
                       expired=self._registry.expired(state.workers()), allow_moves=allow_moves,
-                      destined=self._destined, receivers=receivers)
+                      destined=self._destined, receivers=receivers,
+                      spark=spark, on_spark=on_spark, spark_unable=spark - able)
         for key in [k for k in self._destined if k in state.owners or k not in desired]:
             del self._destined[key]  # arrived (or gone)
         self._destined.update(result.moving)

@@ -108,5 +108,7 @@ def workers(state: ControlState, registry: WorkerRegistry) -> admin_pb2.ListWork
             records_per_second=sum(p.records_per_second for p in view.shown)
             if view else 0.0,
             partitions=[admin_pb2.AssignedPartition(flow=k.flow, topic=k.topic,
-                                                    partition=k.partition) for k in assigned])
+                                                    partition=k.partition) for k in assigned],
+            kind=view.kind if view else "", ui_address=view.ui_address if view else "",
+            problem=view.problem if view else "")
     return out

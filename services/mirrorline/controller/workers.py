@@ -18,6 +18,7 @@ import grpc
 
 from mirrorline import grpcsecure
 from mirrorline.core.assignment import PartitionKey
+from mirrorline.core.offload import Load
 from mirrorline.core.reconcile import WorkerReport
 from mirrorline.v1 import (
     coordinator_pb2,
@@ -39,6 +40,11 @@ class WorkerView:
     partitions: list[flows_pb2.PartitionStatus] = field(default_factory=list)
     #: A fresher answer to GetStatus, for display only.
     current: list[flows_pb2.PartitionStatus] | None = None
+    #: "replicator" or "spark" (a Spark executor, issue 8).
+    kind: str = "replicator"
+    ui_address: str = ""
+    #: Why the worker gave its partitions back (a failed streaming query), if it did.
+    problem: str = ""
 
     @property
     def shown(self) -> list[flows_pb2.PartitionStatus]:
@@ -84,13 +90,23 @@ class WorkerRegistry:
             return False
         self.workers[hb.worker_id] = WorkerView(
             hb.worker_id, hb.address, time.monotonic(), int(time.time() * 1000),
-            hb.applied_offset, list(hb.partitions))
+            hb.applied_offset, list(hb.partitions), kind=hb.kind or "replicator",
+            ui_address=hb.ui_address, problem=hb.problem)
         return True
 
     def live(self) -> set[str]:
         self.prune()
         now = time.monotonic()
         return {w for w, v in self.workers.items() if now - v.last_seen <= self.lease_s}
+
+    def spark_executors(self) -> set[str]:
+        """Live Spark executors able to take partitions (none reporting a failed query)."""
+        return {w for w in self.live()
+                if self.workers[w].kind == "spark" and not self.workers[w].problem}
+
+    def spark_workers(self) -> set[str]:
+        """Every live Spark executor, able or not (they are never replicator workers)."""
+        return {w for w in self.live() if self.workers[w].kind == "spark"}
 
     def in_grace(self) -> bool:
         """Too soon after taking over to declare anyone dead (they may not have found us)."""
@@ -144,6 +160,12 @@ class WorkerRegistry:
 
     def loads(self) -> dict[PartitionKey, float]:
         return {PartitionKey(p.flow, p.source_topic, p.partition): p.bytes_per_second
+                for v in self.workers.values() for p in v.partitions}
+
+    def partition_loads(self) -> dict[PartitionKey, Load]:
+        """Rate and backlog of every partition, as its owner last reported them."""
+        return {PartitionKey(p.flow, p.source_topic, p.partition):
+                Load(p.bytes_per_second, p.lag_records)
                 for v in self.workers.values() for p in v.partitions}
 
 

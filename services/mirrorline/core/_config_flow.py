@@ -16,6 +16,7 @@ from mirrorline.core._config_keys import DEFAULTS
 from mirrorline.core._config_layers import Layers, cluster_connection
 from mirrorline.core.errors import ConfigError
 from mirrorline.core.filters import parse_list
+from mirrorline.core.offload import OffloadSettings
 from mirrorline.core.properties import Property
 from mirrorline.core.settings import ClientSettings, ConfigWarning, FlowSettings, PolicySettings
 
@@ -158,10 +159,41 @@ class FlowBuilder:
             admin_timeout_ms=self.get("admin.timeout.ms", values.parse_non_negative),
             source_cluster_alias=self.naming_alias("source.cluster.alias"),
             target_cluster_alias=self.naming_alias("target.cluster.alias"),
+            sync_mode="plan" if self.get("sync.mode", values.parse_sync_mode) == "plan"
+            else "apply",
+            sync_topic_acls_mode="full" if self.get("sync.topic.acls.mode",
+                                                    values.parse_acls_mode) == "full"
+            else "mm2",
+            offload=self.offload(),
         )
         if flow.enabled:
             self._check_enabled(flow)
         return flow
+
+    def offload(self) -> OffloadSettings:
+        """Where the flow's partitions run (`mirrorline.executor`, `mirrorline.spark.*`)."""
+        settings = OffloadSettings(
+            executor=self.get("mirrorline.executor", values.parse_executor),
+            offload_bytes_per_second=self.get("mirrorline.spark.offload.bytes.per.second",
+                                              values.parse_non_negative),
+            sustain_s=self.get("mirrorline.spark.offload.sustain.seconds",
+                               values.parse_non_negative),
+            offload_lag_records=self.get("mirrorline.spark.offload.lag.records",
+                                         values.parse_non_negative),
+            reclaim_lag_records=self.get("mirrorline.spark.reclaim.lag.records",
+                                         values.parse_non_negative))
+        if settings.offload_lag_records and settings.reclaim_lag_records \
+                >= settings.offload_lag_records:
+            entry = self.entry("mirrorline.spark.reclaim.lag.records") \
+                or self.entry("mirrorline.spark.offload.lag.records")
+            message = (f"mirrorline.spark.reclaim.lag.records ({settings.reclaim_lag_records}) "
+                       "must be below mirrorline.spark.offload.lag.records "
+                       f"({settings.offload_lag_records}), or partitions would bounce "
+                       "between the workers and Spark")
+            if entry is None:
+                raise ConfigError("mirrorline.spark.reclaim.lag.records", message)
+            raise self.loader.error(entry, entry.key, message)
+        return settings
 
     def _check_enabled(self, flow: FlowSettings) -> None:
         """Rules MM2 applies when it validates the connectors of an enabled flow."""

@@ -103,7 +103,10 @@ def _choice(*allowed: str) -> Callable[[str], str]:
 
 
 parse_location = _choice("source", "target")
+parse_executor = _choice("workers", "spark", "auto")
 parse_use_defaults_from = _choice("source", "target")
+parse_sync_mode = _choice("apply", "plan")
+parse_acls_mode = _choice("mm2", "full")
 
 
 def parse_security_protocol(value: str) -> str:
@@ -158,6 +161,8 @@ def alias_problem(alias: str) -> str | None:
 EXACT: Final[dict[str, Callable[[str], object]]] = {
     "offset-syncs.topic.location": parse_location,
     "use.defaults.from": parse_use_defaults_from,
+    "sync.mode": parse_sync_mode,
+    "sync.topic.acls.mode": parse_acls_mode,
     "replication.policy.class": parse_policy_class,
     "replication.policy.separator": parse_separator,
     "offset.lag.max": parse_non_negative,
@@ -167,6 +172,11 @@ EXACT: Final[dict[str, Callable[[str], object]]] = {
     **{key: parse_bool for key, default in keys.MM2_DEFAULTS.items()
        if default in ("true", "false")},
     **{key: _filter_class(key) for key in keys.FILTER_CLASSES},
+    "mirrorline.executor": parse_executor,
+    "mirrorline.spark.offload.bytes.per.second": parse_non_negative,
+    "mirrorline.spark.offload.sustain.seconds": parse_non_negative,
+    "mirrorline.spark.offload.lag.records": parse_non_negative,
+    "mirrorline.spark.reclaim.lag.records": parse_non_negative,
     "enabled": parse_enabled,
     "source.cluster.alias": parse_naming_alias,
     "target.cluster.alias": parse_naming_alias,

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from mirrorline.core.assignment import PartitionKey
-from mirrorline.v1 import audit_pb2, control_pb2, flows_pb2
+from mirrorline.v1 import audit_pb2, control_pb2, flows_pb2, spark_pb2
 
 #: Audit entries kept in memory (older ones stay in the control log until retention).
 AUDIT_KEPT = 10_000
@@ -66,6 +66,8 @@ class ControlState:
     owners: dict[PartitionKey, Ownership] = field(default_factory=dict)
     #: Partitions taken away from a worker that has not confirmed the release yet.
     revoking: dict[PartitionKey, Ownership] = field(default_factory=dict)
+    #: Operators' pins: (flow, topic, partition or -1) -> "spark" | "workers".
+    placements: dict[tuple[str, str, int], str] = field(default_factory=dict)
     seeded: bool = False
     applied_offset: int = -1
     rejected: int = 0
@@ -141,6 +143,8 @@ class ControlState:
         for table in (self.owners, self.revoking):
             for key in [k for k in table if k.flow == event.flow]:
                 del table[key]
+        for pin in [p for p in self.placements if p[0] == event.flow]:
+            del self.placements[pin]
         return Outcome.APPLIED
 
     def _on_partitions_assigned(self, offset: int,
@@ -169,6 +173,19 @@ class ControlState:
                 del table[key]
         return Outcome.APPLIED
 
+    def _on_partitions_placed(self, offset: int, event: spark_pb2.PartitionsPlaced) -> Outcome:
+        if event.flow not in self.flows or event.executor not in ("spark", "workers", ""):
+            return Outcome.INVALID
+        if event.partition < 0:  # a topic-wide word replaces the topic's partition pins
+            for pin in [p for p in self.placements if p[:2] == (event.flow, event.topic)]:
+                del self.placements[pin]
+        pin = (event.flow, event.topic, max(-1, event.partition))
+        if event.executor:
+            self.placements[pin] = event.executor
+        else:
+            self.placements.pop(pin, None)
+        return Outcome.APPLIED
+
     def _on_config_seeded(self, offset: int, event: control_pb2.ConfigSeeded) -> Outcome:
         self.seeded = True
         return Outcome.APPLIED
@@ -191,6 +208,7 @@ class ControlState:
                           f.version) for n, f in sorted(self.flows.items())},
             "owners": sorted((k, o.worker_id, o.remote_topic) for k, o in self.owners.items()),
             "revoking": sorted((k, o.worker_id) for k, o in self.revoking.items()),
+            "placements": sorted(self.placements.items()),
         }
 
 

@@ -54,12 +54,22 @@ def plan(state: ControlState, desired: Mapping[PartitionKey, str], live: Collect
          reports: Mapping[str, WorkerReport], loads: Mapping[PartitionKey, float], *,
          expired: Collection[str], allow_moves: bool,
          destined: Mapping[PartitionKey, str] | None = None,
-         receivers: Collection[str] | None = None) -> Plan:
+         receivers: Collection[str] | None = None,
+         spark: Collection[str] = (), on_spark: Collection[PartitionKey] = (),
+         spark_unable: Collection[str] = ()) -> Plan:
     """The next step towards `desired`; call again after its events are applied.
 
     `destined`: the `moving` of earlier plans; a released partition goes to the worker it was
     meant for while that worker lives. `receivers`: the only workers moves may go to (see
-    `assign`)."""
+    `assign`).
+
+    `spark`: the live workers that are Spark executors; `on_spark`: the partitions that
+    should run on one of them (`mirrorline.core.offload`). Every other partition goes to
+    the replicator workers; when one pool is empty, the other takes its partitions. A
+    partition changing pool moves like any other: released first, granted afterwards.
+    `spark_unable`: Spark executors that may not take partitions now (their query failed);
+    their partitions go back to the workers.
+    """
     result = Plan()
     live = set(live)
     holding = state.workers()
@@ -89,25 +99,37 @@ def plan(state: ControlState, desired: Mapping[PartitionKey, str], live: Collect
     if not live:
         result.revoke = dict(revoke)
         return result
-    current = {k: owners[k].worker_id for k in assignable
-               if k in owners and owners[k].worker_id in live}
+    live_owner = {k: owners[k].worker_id for k in assignable
+                  if k in owners and owners[k].worker_id in live}
     # Partitions held by a worker that is neither live nor expired yet stay where they
     # are: its lease decides, not this round.
     held_elsewhere = {k for k in assignable if k in owners and owners[k].worker_id not in live}
-    # A released partition that was moved for a reason goes where that reason sent it.
-    sticky = dict(current)
-    sticky.update({k: w for k, w in (destined or {}).items()
-                   if w in live and k in assignable and k not in owners})
-    target = assign(sticky, [k for k in assignable if k not in held_elsewhere], live, loads,
-                    allow_moves=allow_moves, receivers=receivers)
+    spark_pool = live & set(spark)
+    worker_pool = live - spark_pool
+    spark_pool -= set(spark_unable)
+    wanted_on_spark = set(on_spark) if spark_pool else set()
+    if not worker_pool:  # no replicator worker: whatever Spark can take, it takes
+        wanted_on_spark = set(assignable)
     grant: dict[tuple[str, str], dict[PartitionKey, str]] = defaultdict(dict)
-    for key, worker in target.items():
-        previous = current.get(key)
-        if previous is None:
-            grant[(key.flow, worker)][key] = desired[key]
-        elif previous != worker:  # a move: release first, grant in a later round
-            revoke[(key.flow, previous)][key] = owners[key].remote_topic
-            result.moving[key] = worker
+    for pool, keys in ((spark_pool, [k for k in assignable if k in wanted_on_spark]),
+                       (worker_pool, [k for k in assignable if k not in wanted_on_spark])):
+        if not pool:
+            continue
+        current = {k: live_owner[k] for k in keys if live_owner.get(k) in pool}
+        # A released partition that was moved for a reason goes where that reason sent it.
+        sticky = dict(current)
+        sticky.update({k: w for k, w in (destined or {}).items()
+                       if w in pool and k in keys and k not in owners})
+        target = assign(sticky, [k for k in keys if k not in held_elsewhere], pool, loads,
+                        allow_moves=allow_moves,
+                        receivers=None if receivers is None else set(receivers) & pool)
+        for key, worker in target.items():
+            previous = live_owner.get(key)
+            if previous is None:
+                grant[(key.flow, worker)][key] = desired[key]
+            elif previous != worker:  # a move: release first, grant in a later round
+                revoke[(key.flow, previous)][key] = owners[key].remote_topic
+                result.moving[key] = worker
     result.revoke = dict(revoke)
     result.grant = dict(grant)
     return result

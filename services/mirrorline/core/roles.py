@@ -47,6 +47,8 @@ METHOD_ROLES: Final[Mapping[str, Role]] = MappingProxyType({
     _ADMIN + "TranslateOffsets": _V,
     _ADMIN + "PlanFailover": _V,
     _ADMIN + "PlanFailback": _V,
+    _ADMIN + "GetDrift": _V,
+    _ADMIN + "GetDriftHistory": _V,
     _ADMIN + "CreateFlow": _O,
     _ADMIN + "UpdateFlow": _O,
     _ADMIN + "PauseFlow": _O,
@@ -55,6 +57,11 @@ METHOD_ROLES: Final[Mapping[str, Role]] = MappingProxyType({
     _ADMIN + "ExecuteFailover": _O,
     _ADMIN + "FailoverToTime": _O,
     _ADMIN + "History": _O,
+    # Changes topic configs, partitions and ACLs on the target, as a sync round would.
+    _ADMIN + "ApplyDrift": _O,
+    # Where partitions run (issue 8): an operator's decision, like pausing a flow.
+    _ADMIN + "OffloadPartitions": _O,
+    _ADMIN + "ReclaimPartitions": _O,
     _ADMIN + "DeleteFlow": _A,
     # Scrape (inside ExecuteFailback) deletes data; failing back is the admin's decision.
     _ADMIN + "ExecuteFailback": _A,
@@ -66,12 +73,17 @@ METHOD_ROLES: Final[Mapping[str, Role]] = MappingProxyType({
     "/mirrorline.v1.Checkpointer/ExecuteFailover": _S,
     "/mirrorline.v1.Checkpointer/FailoverToTime": _S,
     "/mirrorline.v1.Replicator/GetStatus": _S,
+    "/mirrorline.v1.ConfigSync/GetDrift": _S,
+    "/mirrorline.v1.ConfigSync/ApplyDrift": _S,
+    "/mirrorline.v1.ConfigSync/GetDriftHistory": _S,
+    "/mirrorline.v1.ConfigSync/GetSyncStatus": _S,
 })
 
 #: Admin methods that change state: each call is recorded in the audit trail.
 MUTATING: Final = frozenset({
     _ADMIN + m for m in ("CreateFlow", "UpdateFlow", "PauseFlow", "ResumeFlow", "DeleteFlow",
-                         "ImportFlows", "ExecuteFailover", "FailoverToTime", "ExecuteFailback")
+                         "ImportFlows", "ExecuteFailover", "FailoverToTime", "ExecuteFailback",
+                         "ApplyDrift", "OffloadPartitions", "ReclaimPartitions")
 })
 
 #: Open to every caller, authenticated or not: probes must work without credentials.

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from mirrorline.core.offload import OffloadSettings
+
 OffsetSyncsLocation = Literal["source", "target"]
 
 
@@ -94,8 +96,15 @@ class FlowSettings:
     #: Every effective property of this flow (top-level overlaid by `source->target.`),
     #: for components that want the raw view (e.g. error messages).
     properties: Mapping[str, str] = field(default_factory=dict)
+    #: `sync.mode`: "apply" lets the config-sync service change the target, "plan" only
+    #: reports drift until an operator applies it.
+    sync_mode: Literal["apply", "plan"] = "apply"
+    #: `sync.topic.acls.mode`: "mm2" (MM2's rules) or "full" (see the README).
+    sync_topic_acls_mode: Literal["mm2", "full"] = "mm2"
     #: Upper bound for each admin-client call (MM2's `admin.timeout.ms`, default 60000).
     admin_timeout_ms: int = 60000
+    #: Where the flow's partitions run (`mirrorline.executor`, `mirrorline.spark.*`).
+    offload: OffloadSettings = field(default_factory=OffloadSettings)
     #: MM2's `source.cluster.alias` / `target.cluster.alias` when the file sets them (top level
     #: or per flow): the aliases that go into topic names (remote topics, checkpoints and
     #: offset-syncs topics, cycle detection). None: the flow's own cluster alias, as in MM2.

@@ -30,19 +30,17 @@ from mirrorline.core.offset_syncs import OffsetSyncPlanner
 from mirrorline.core.policy import make_policy
 from mirrorline.core.settings import FlowSettings
 from mirrorline.core.tail_match import Verdict
-from mirrorline.core.topics import OFFSET_MAP_RETENTION_MS, offset_map_topic
-from mirrorline.kafka.admin import ClusterAdmin, TopicSpec
+from mirrorline.kafka.acked import FlowBookkeeping
+from mirrorline.kafka.admin import ClusterAdmin
 from mirrorline.kafka.causes import explain
+from mirrorline.kafka.flowclients import FlowClients
+from mirrorline.kafka.progress import ProgressStore
 from mirrorline.kafka.starts import Start, StartPlanner
-from mirrorline.replicator.bookkeeping import OffsetMapWriter, OffsetSyncSender
 from mirrorline.replicator.checker import TargetChecker
-from mirrorline.replicator.clients import FlowClients
 from mirrorline.replicator.delivery import DeliveryLoop
 from mirrorline.replicator.discovery import DiscoveryResult, RemoteTopic, TopicDiscovery
 from mirrorline.replicator.exactly_once import check_exactly_once
 from mirrorline.replicator.flow_status import partition_views
-from mirrorline.replicator.metrics import PartitionMetrics, ReplicationMetrics
-from mirrorline.replicator.progress import ProgressStore
 from mirrorline.replicator.pump import Delivered, PartitionPump, PumpState
 from mirrorline.replicator.sending import abort_sends, reopen_producer, replace_transactional
 from mirrorline.replicator.source_faults import out_of_range, truncated
@@ -51,6 +49,7 @@ from mirrorline.replicator.transactional import (
     TransactionalDelivery,
     committed_progress,
 )
+from mirrorline.telemetry.replication import PartitionMetrics, ReplicationMetrics
 from mirrorline.v1 import flows_pb2
 
 log = logging.getLogger(__name__)
@@ -101,10 +100,9 @@ class FlowReplicator:
         self._clients: FlowClients | None = None
         self.source_admin: ClusterAdmin | None = None
         self.target_admin: ClusterAdmin | None = None
+        self._books: FlowBookkeeping | None = None
         self._progress: ProgressStore | None = None
         self._planner: OffsetSyncPlanner | None = None
-        self._sync_sender: OffsetSyncSender | None = None
-        self._map_writer: OffsetMapWriter | None = None
         self._discovery: TopicDiscovery | None = None
         self._planner_of_starts: StartPlanner | None = None
         self._delivery: DeliveryLoop | None = None
@@ -142,8 +140,8 @@ class FlowReplicator:
             return
         self.state, self.error = FlowState.RUNNING, None
         self.ready.set()
-        assert self._progress is not None
-        self._progress.start()
+        assert self._books is not None
+        self._books.start()
         assert self._producer is not None
         assert self._clients is not None
         checker = TargetChecker(self._pumps, self._clients.target_consumer_kwargs,
@@ -162,10 +160,6 @@ class FlowReplicator:
         self._tasks.append(asyncio.create_task(self._delivery.run(), name=f"{self.name} copy"))
         self._tasks.append(asyncio.create_task(checker.run(), name=f"{self.name} check"))
         self._tasks.append(asyncio.create_task(self._watch_loop(), name=f"{self.name} watch"))
-        if self._sync_sender is not None:
-            self._sync_sender.start()
-        if self._map_writer is not None:
-            self._map_writer.start()
         if self._discover:
             self._tasks.append(asyncio.create_task(self._discovery_loop(),
                                                    name=f"{self.name} discovery"))
@@ -182,27 +176,10 @@ class FlowReplicator:
                                                          transactional_id=txn_id)
         self._consumer, self._producer = clients.consumer, clients.producer
         self.source_admin, self.target_admin = clients.source_admin, clients.target_admin
-        self._progress = ProgressStore(source_alias=flow.source,
-                                       producer=clients.bookkeeping_producer,
-                                       consumer_kwargs=clients.target_consumer_kwargs,
-                                       replication_factor=flow.offset_storage_replication_factor)
-        await self._progress.ensure_topic(clients.target_admin)
+        books = self._books = await FlowBookkeeping.open(flow, self.policy, clients)
+        self._progress, self._planner = books.progress, books.planner
         self._saved = await self._progress.load()
-        if flow.emit_offset_syncs_enabled:
-            at_source = flow.offset_syncs_topic_location == "source"
-            topic = self.policy.offset_syncs_topic(flow.naming_target if at_source
-                                                else flow.naming_source)
-            admin = clients.source_admin if at_source else clients.target_admin
-            await admin.ensure_topic(TopicSpec(topic, 1,
-                                               flow.offset_syncs_topic_replication_factor,
-                                               {"cleanup.policy": "compact"}))
-            self._planner = OffsetSyncPlanner(flow.offset_lag_max)
-            self._sync_sender = OffsetSyncSender(self._planner, clients.sync_producer, topic)
-        map_topic = offset_map_topic(flow.source)
-        await clients.target_admin.ensure_topic(TopicSpec(
-            map_topic, 1, flow.offset_storage_replication_factor,
-            {"cleanup.policy": "delete", "retention.ms": str(OFFSET_MAP_RETENTION_MS)}))
-        self._map_writer = OffsetMapWriter(clients.bookkeeping_producer, map_topic)
+        map_topic = books.map_writer.topic
         syncs = None
         if flow.emit_offset_syncs_enabled:
             at_source = flow.offset_syncs_topic_location == "source"
@@ -217,13 +194,13 @@ class FlowReplicator:
             syncs=syncs, match_tail=txn_id is None and flow.properties.get(
                 "mirrorline.resume.tail.match", "true").strip().lower() != "false")
         if txn_id is not None:
+            books.committed_with_records = True
             self._txn_books = RoundBooks(flow.source, map_topic)
-            if self._planner is not None and flow.offset_syncs_topic_location == "target":
-                assert self._sync_sender is not None
+            if books.sync_sender is not None and flow.offset_syncs_topic_location == "target":
                 # Offset syncs on the target join each round's transaction.
                 self._txn_books.planner, self._txn_books.syncs_topic = (
-                    self._planner, self._sync_sender.topic)
-                self._sync_sender = None
+                    books.planner, books.sync_sender.topic)
+                books.sync_sender = None
         self._discovery = TopicDiscovery(flow, self.policy, source=clients.source_admin,
                                          target=clients.target_admin)
 
@@ -238,12 +215,8 @@ class FlowReplicator:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self._progress is not None:
-            await self._progress.stop()
-        for appender in (self._sync_sender, self._map_writer):
-            if appender is not None:
-                await appender.flush()
-                await appender.stop()
+        if self._books is not None:
+            await self._books.stop()
         await self._close_clients()
         self.state = FlowState.STOPPED
 
@@ -412,10 +385,8 @@ class FlowReplicator:
         self._saved[(tp.topic, tp.partition)] = pump.next_offset
         self._pump_metrics.pop(tp, None)
         self._throttled.discard(tp)
-        if self._progress is not None:
-            self._progress.save(tp.topic, tp.partition, pump.next_offset)
-        if self._planner is not None:
-            self._planner.forget(tp.topic, tp.partition)
+        if self._books is not None:
+            self._books.released(tp.topic, tp.partition, pump.next_offset)
         self._metrics.forget(self.flow.source, self.flow.target, pump.target_topic, tp.partition)
         log.info("%s: stopped replicating %s-%d at offset %d", self.name, tp.topic, tp.partition,
                  pump.next_offset)
@@ -464,17 +435,15 @@ class FlowReplicator:
     def _on_ack(self, pump: PartitionPump, delivered: Delivered) -> None:
         records, base = delivered.records, delivered.base_offset
         tp = TopicPartition(pump.source_topic, pump.partition)
-        books = self._txn_books  # exactly-once: the round's transaction wrote these already
-        if self._planner is not None and (books is None or books.planner is None):
+        if self._books is not None:
             first, last = records[0].offset, records[-1].offset
             upstream: Sequence[int] = (range(first, last + 1)
                                        if last - first + 1 == len(records)
                                        else [r.offset for r in records])
-            self._planner.queue_batch(pump.source_topic, pump.partition, upstream, base)
-        if self._progress is not None and books is None:
-            self._progress.save(pump.source_topic, pump.partition, pump.next_offset)
-        if self._map_writer is not None and books is None:
-            self._map_writer.acknowledged(pump.source_topic, pump.partition, records, base)
+            # Caught up: publish the exact position now so a group at the end of the
+            # topic translates exactly, instead of waiting for the periodic flush.
+            self._books.acknowledged(pump.source_topic, pump.partition, upstream, base,
+                                     caught_up=pump.idle and self._lag(tp, pump) == 0)
         metrics = self._pump_metrics.get(tp)
         if metrics is not None:
             self._metrics.acknowledged(metrics, records)
@@ -482,12 +451,6 @@ class FlowReplicator:
             self._throttled.discard(tp)
             if self._consumer is not None and tp in self._pumps:
                 self._consumer.resume(tp)
-        if self._planner is not None and self._sync_sender is not None:
-            if pump.idle and self._lag(tp, pump) == 0:
-                # Caught up: publish the exact position now so a group at the end of the
-                # topic translates exactly, instead of waiting for the periodic flush.
-                self._planner.promote_delayed()
-            self._sync_sender.wake()
         span = self._tracer.start_span("produce", start_time=delivered.sent_ns, attributes={
             "mirrorline.flow": self.name, "messaging.destination.name": pump.target_topic,
             "messaging.destination.partition.id": str(pump.partition),
@@ -515,11 +478,9 @@ class FlowReplicator:
                     if (pump.state is PumpState.RUNNING and high is not None
                             and high < pump.fetch_position):
                         truncated(self._consumer, tp, pump, high)
-            if self._planner is not None and time.monotonic() - last_flush >= interval:
+            if self._books is not None and time.monotonic() - last_flush >= interval:
                 last_flush = time.monotonic()
-                self._planner.promote_delayed()
-                if self._sync_sender is not None:
-                    self._sync_sender.wake()
+                self._books.flush_syncs()
 
     # -- status -----------------------------------------------------------------------
     def partitions(self) -> list[flows_pb2.PartitionStatus]:

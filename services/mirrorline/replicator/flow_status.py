@@ -7,8 +7,8 @@ from collections.abc import Mapping
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from mirrorline.replicator.metrics import PartitionMetrics
 from mirrorline.replicator.pump import PartitionPump, PumpState
+from mirrorline.telemetry.replication import PartitionMetrics
 from mirrorline.v1 import flows_pb2
 
 _PARTITION_STATES = {

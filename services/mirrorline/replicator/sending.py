@@ -16,8 +16,8 @@ import logging
 from aiokafka import AIOKafkaProducer
 
 from mirrorline.core.backoff import Backoff
+from mirrorline.kafka.flowclients import FlowClients
 from mirrorline.kafka.producer_abort import abort_producer
-from mirrorline.replicator.clients import FlowClients
 from mirrorline.replicator.delivery import DeliveryLoop
 
 log = logging.getLogger(__name__)

@@ -27,10 +27,10 @@ from mirrorline.kafka.clients import admin_kwargs
 from mirrorline.kafka.health import ClusterProbe
 from mirrorline.replicator.exactly_once import TargetUnreachable, check_exactly_once
 from mirrorline.replicator.flow import FlowReplicator, FlowState
-from mirrorline.replicator.metrics import ReplicationMetrics
 from mirrorline.replicator.worker import WorkerAgent
 from mirrorline.runtime import stop_within
 from mirrorline.telemetry import Telemetry, setup_telemetry
+from mirrorline.telemetry.replication import ReplicationMetrics
 from mirrorline.v1 import flows_pb2, replicator_pb2, replicator_pb2_grpc
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from mirrorline.replicator.progress import ProgressStore
+from mirrorline.kafka.progress import ProgressStore
 from mirrorline.replicator.pump import PartitionPump
 
 

@@ -44,9 +44,9 @@ from aiokafka.errors import InvalidProducerEpoch, KafkaTimeoutError, ProducerFen
 from mirrorline.core.backoff import Backoff
 from mirrorline.core.offset_syncs import OffsetSyncPlanner
 from mirrorline.core.progress import encode_offset, progress_topic, source_offset_key
-from mirrorline.replicator.bookkeeping import _append_run
+from mirrorline.kafka.bookkeeping import _append_run
+from mirrorline.kafka.progress import read_progress
 from mirrorline.replicator.delivery import DeliveryLoop, Fetch, OnAck
-from mirrorline.replicator.progress import read_progress
 from mirrorline.replicator.pump import PartitionPump
 from mirrorline.v1 import offset_map_pb2
 

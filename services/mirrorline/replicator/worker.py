@@ -32,7 +32,7 @@ from mirrorline.core.errors import ConfigError
 from mirrorline.core.flowdefs import Definition, flow_settings
 from mirrorline.core.settings import MirrorSettings
 from mirrorline.replicator.flow import FlowReplicator
-from mirrorline.replicator.metrics import ReplicationMetrics
+from mirrorline.telemetry.replication import ReplicationMetrics
 from mirrorline.v1 import coordinator_pb2, coordinator_pb2_grpc, flows_pb2
 
 log = logging.getLogger(__name__)

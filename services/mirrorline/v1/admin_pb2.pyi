@@ -407,6 +407,9 @@ class Worker(_message.Message):
     BYTES_PER_SECOND_FIELD_NUMBER: _builtins.int
     RECORDS_PER_SECOND_FIELD_NUMBER: _builtins.int
     PARTITIONS_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    UI_ADDRESS_FIELD_NUMBER: _builtins.int
+    PROBLEM_FIELD_NUMBER: _builtins.int
     worker_id: _builtins.str
     address: _builtins.str
     alive: _builtins.bool
@@ -414,6 +417,12 @@ class Worker(_message.Message):
     lease_expires_ms: _builtins.int
     bytes_per_second: _builtins.float
     records_per_second: _builtins.float
+    kind: _builtins.str
+    """"replicator" or "spark" """
+    ui_address: _builtins.str
+    """Spark executor: its web UI"""
+    problem: _builtins.str
+    """Spark executor: why it gave partitions back, if it did"""
     @_builtins.property
     def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___AssignedPartition]: ...
     def __init__(
@@ -427,10 +436,13 @@ class Worker(_message.Message):
         bytes_per_second: _builtins.float = ...,
         records_per_second: _builtins.float = ...,
         partitions: _abc.Iterable[Global___AssignedPartition] | None = ...,
+        kind: _builtins.str = ...,
+        ui_address: _builtins.str = ...,
+        problem: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "alive", b"alive", "bytes_per_second", b"bytes_per_second", "last_heartbeat_ms", b"last_heartbeat_ms", "lease_expires_ms", b"lease_expires_ms", "partitions", b"partitions", "records_per_second", b"records_per_second", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "alive", b"alive", "bytes_per_second", b"bytes_per_second", "kind", b"kind", "last_heartbeat_ms", b"last_heartbeat_ms", "lease_expires_ms", b"lease_expires_ms", "partitions", b"partitions", "problem", b"problem", "records_per_second", b"records_per_second", "ui_address", b"ui_address", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -5,7 +5,9 @@ import warnings
 
 from mirrorline.v1 import admin_pb2 as mirrorline_dot_v1_dot_admin__pb2
 from mirrorline.v1 import audit_pb2 as mirrorline_dot_v1_dot_audit__pb2
+from mirrorline.v1 import drift_pb2 as mirrorline_dot_v1_dot_drift__pb2
 from mirrorline.v1 import failover_pb2 as mirrorline_dot_v1_dot_failover__pb2
+from mirrorline.v1 import spark_pb2 as mirrorline_dot_v1_dot_spark__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -121,10 +123,35 @@ class AdminStub:
                 request_serializer=mirrorline_dot_v1_dot_failover__pb2.ExecuteFailbackRequest.SerializeToString,
                 response_deserializer=mirrorline_dot_v1_dot_failover__pb2.FailbackResult.FromString,
                 _registered_method=True)
+        self.OffloadPartitions = channel.unary_unary(
+                '/mirrorline.v1.Admin/OffloadPartitions',
+                request_serializer=mirrorline_dot_v1_dot_spark__pb2.PlacePartitionsRequest.SerializeToString,
+                response_deserializer=mirrorline_dot_v1_dot_spark__pb2.PlacePartitionsResponse.FromString,
+                _registered_method=True)
+        self.ReclaimPartitions = channel.unary_unary(
+                '/mirrorline.v1.Admin/ReclaimPartitions',
+                request_serializer=mirrorline_dot_v1_dot_spark__pb2.PlacePartitionsRequest.SerializeToString,
+                response_deserializer=mirrorline_dot_v1_dot_spark__pb2.PlacePartitionsResponse.FromString,
+                _registered_method=True)
         self.History = channel.unary_unary(
                 '/mirrorline.v1.Admin/History',
                 request_serializer=mirrorline_dot_v1_dot_audit__pb2.HistoryRequest.SerializeToString,
                 response_deserializer=mirrorline_dot_v1_dot_audit__pb2.HistoryResponse.FromString,
+                _registered_method=True)
+        self.GetDrift = channel.unary_unary(
+                '/mirrorline.v1.Admin/GetDrift',
+                request_serializer=mirrorline_dot_v1_dot_drift__pb2.DriftRequest.SerializeToString,
+                response_deserializer=mirrorline_dot_v1_dot_drift__pb2.DriftPlan.FromString,
+                _registered_method=True)
+        self.ApplyDrift = channel.unary_unary(
+                '/mirrorline.v1.Admin/ApplyDrift',
+                request_serializer=mirrorline_dot_v1_dot_drift__pb2.ApplyDriftRequest.SerializeToString,
+                response_deserializer=mirrorline_dot_v1_dot_drift__pb2.ApplyDriftResult.FromString,
+                _registered_method=True)
+        self.GetDriftHistory = channel.unary_unary(
+                '/mirrorline.v1.Admin/GetDriftHistory',
+                request_serializer=mirrorline_dot_v1_dot_drift__pb2.DriftHistoryRequest.SerializeToString,
+                response_deserializer=mirrorline_dot_v1_dot_drift__pb2.DriftHistory.FromString,
                 _registered_method=True)
 
 
@@ -239,9 +266,44 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def OffloadPartitions(self, request, context):
+        """Pin partitions to the Spark executor / back to the replicator workers (issue 8).
+        FAILED_PRECONDITION when no Spark executor is alive or the flow is pinned by
+        mirrorline.executor.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReclaimPartitions(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def History(self, request, context):
         """The audit trail: state-changing calls, newest last (see audit.proto).
         """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetDrift(self, request, context):
+        """Topic configs, partitions and ACLs (see drift.proto); forwarded to the config-sync
+        service.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ApplyDrift(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetDriftHistory(self, request, context):
+        """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -334,10 +396,35 @@ def add_AdminServicer_to_server(servicer, server):
                     request_deserializer=mirrorline_dot_v1_dot_failover__pb2.ExecuteFailbackRequest.FromString,
                     response_serializer=mirrorline_dot_v1_dot_failover__pb2.FailbackResult.SerializeToString,
             ),
+            'OffloadPartitions': grpc.unary_unary_rpc_method_handler(
+                    servicer.OffloadPartitions,
+                    request_deserializer=mirrorline_dot_v1_dot_spark__pb2.PlacePartitionsRequest.FromString,
+                    response_serializer=mirrorline_dot_v1_dot_spark__pb2.PlacePartitionsResponse.SerializeToString,
+            ),
+            'ReclaimPartitions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReclaimPartitions,
+                    request_deserializer=mirrorline_dot_v1_dot_spark__pb2.PlacePartitionsRequest.FromString,
+                    response_serializer=mirrorline_dot_v1_dot_spark__pb2.PlacePartitionsResponse.SerializeToString,
+            ),
             'History': grpc.unary_unary_rpc_method_handler(
                     servicer.History,
                     request_deserializer=mirrorline_dot_v1_dot_audit__pb2.HistoryRequest.FromString,
                     response_serializer=mirrorline_dot_v1_dot_audit__pb2.HistoryResponse.SerializeToString,
+            ),
+            'GetDrift': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetDrift,
+                    request_deserializer=mirrorline_dot_v1_dot_drift__pb2.DriftRequest.FromString,
+                    response_serializer=mirrorline_dot_v1_dot_drift__pb2.DriftPlan.SerializeToString,
+            ),
+            'ApplyDrift': grpc.unary_unary_rpc_method_handler(
+                    servicer.ApplyDrift,
+                    request_deserializer=mirrorline_dot_v1_dot_drift__pb2.ApplyDriftRequest.FromString,
+                    response_serializer=mirrorline_dot_v1_dot_drift__pb2.ApplyDriftResult.SerializeToString,
+            ),
+            'GetDriftHistory': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetDriftHistory,
+                    request_deserializer=mirrorline_dot_v1_dot_drift__pb2.DriftHistoryRequest.FromString,
+                    response_serializer=mirrorline_dot_v1_dot_drift__pb2.DriftHistory.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -810,6 +897,60 @@ class Admin:
             _registered_method=True)
 
     @staticmethod
+    def OffloadPartitions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mirrorline.v1.Admin/OffloadPartitions',
+            mirrorline_dot_v1_dot_spark__pb2.PlacePartitionsRequest.SerializeToString,
+            mirrorline_dot_v1_dot_spark__pb2.PlacePartitionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReclaimPartitions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mirrorline.v1.Admin/ReclaimPartitions',
+            mirrorline_dot_v1_dot_spark__pb2.PlacePartitionsRequest.SerializeToString,
+            mirrorline_dot_v1_dot_spark__pb2.PlacePartitionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
     def History(request,
             target,
             options=(),
@@ -826,6 +967,87 @@ class Admin:
             '/mirrorline.v1.Admin/History',
             mirrorline_dot_v1_dot_audit__pb2.HistoryRequest.SerializeToString,
             mirrorline_dot_v1_dot_audit__pb2.HistoryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetDrift(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mirrorline.v1.Admin/GetDrift',
+            mirrorline_dot_v1_dot_drift__pb2.DriftRequest.SerializeToString,
+            mirrorline_dot_v1_dot_drift__pb2.DriftPlan.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ApplyDrift(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mirrorline.v1.Admin/ApplyDrift',
+            mirrorline_dot_v1_dot_drift__pb2.ApplyDriftRequest.SerializeToString,
+            mirrorline_dot_v1_dot_drift__pb2.ApplyDriftResult.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetDriftHistory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mirrorline.v1.Admin/GetDriftHistory',
+            mirrorline_dot_v1_dot_drift__pb2.DriftHistoryRequest.SerializeToString,
+            mirrorline_dot_v1_dot_drift__pb2.DriftHistory.FromString,
             options,
             channel_credentials,
             insecure,

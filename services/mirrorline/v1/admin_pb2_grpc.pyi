@@ -11,7 +11,9 @@ from collections import abc as _abc
 from grpc import aio as _aio
 from mirrorline.v1 import admin_pb2 as _admin_pb2
 from mirrorline.v1 import audit_pb2 as _audit_pb2
+from mirrorline.v1 import drift_pb2 as _drift_pb2
 from mirrorline.v1 import failover_pb2 as _failover_pb2
+from mirrorline.v1 import spark_pb2 as _spark_pb2
 import abc as _abc_1
 import grpc as _grpc
 import sys
@@ -60,8 +62,20 @@ class AdminStub:
     FailoverToTime: _grpc.UnaryUnaryMultiCallable[_failover_pb2.FailoverToTimeRequest, _failover_pb2.FailoverResult]
     PlanFailback: _grpc.UnaryUnaryMultiCallable[_failover_pb2.PlanFailbackRequest, _failover_pb2.FailbackPlan]
     ExecuteFailback: _grpc.UnaryUnaryMultiCallable[_failover_pb2.ExecuteFailbackRequest, _failover_pb2.FailbackResult]
+    OffloadPartitions: _grpc.UnaryUnaryMultiCallable[_spark_pb2.PlacePartitionsRequest, _spark_pb2.PlacePartitionsResponse]
+    """Pin partitions to the Spark executor / back to the replicator workers (issue 8).
+    FAILED_PRECONDITION when no Spark executor is alive or the flow is pinned by
+    mirrorline.executor.
+    """
+    ReclaimPartitions: _grpc.UnaryUnaryMultiCallable[_spark_pb2.PlacePartitionsRequest, _spark_pb2.PlacePartitionsResponse]
     History: _grpc.UnaryUnaryMultiCallable[_audit_pb2.HistoryRequest, _audit_pb2.HistoryResponse]
     """The audit trail: state-changing calls, newest last (see audit.proto)."""
+    GetDrift: _grpc.UnaryUnaryMultiCallable[_drift_pb2.DriftRequest, _drift_pb2.DriftPlan]
+    """Topic configs, partitions and ACLs (see drift.proto); forwarded to the config-sync
+    service.
+    """
+    ApplyDrift: _grpc.UnaryUnaryMultiCallable[_drift_pb2.ApplyDriftRequest, _drift_pb2.ApplyDriftResult]
+    GetDriftHistory: _grpc.UnaryUnaryMultiCallable[_drift_pb2.DriftHistoryRequest, _drift_pb2.DriftHistory]
 
 @_typing.type_check_only
 class AdminAsyncStub(AdminStub):
@@ -89,8 +103,20 @@ class AdminAsyncStub(AdminStub):
     FailoverToTime: _aio.UnaryUnaryMultiCallable[_failover_pb2.FailoverToTimeRequest, _failover_pb2.FailoverResult]  # type: ignore[assignment]
     PlanFailback: _aio.UnaryUnaryMultiCallable[_failover_pb2.PlanFailbackRequest, _failover_pb2.FailbackPlan]  # type: ignore[assignment]
     ExecuteFailback: _aio.UnaryUnaryMultiCallable[_failover_pb2.ExecuteFailbackRequest, _failover_pb2.FailbackResult]  # type: ignore[assignment]
+    OffloadPartitions: _aio.UnaryUnaryMultiCallable[_spark_pb2.PlacePartitionsRequest, _spark_pb2.PlacePartitionsResponse]  # type: ignore[assignment]
+    """Pin partitions to the Spark executor / back to the replicator workers (issue 8).
+    FAILED_PRECONDITION when no Spark executor is alive or the flow is pinned by
+    mirrorline.executor.
+    """
+    ReclaimPartitions: _aio.UnaryUnaryMultiCallable[_spark_pb2.PlacePartitionsRequest, _spark_pb2.PlacePartitionsResponse]  # type: ignore[assignment]
     History: _aio.UnaryUnaryMultiCallable[_audit_pb2.HistoryRequest, _audit_pb2.HistoryResponse]  # type: ignore[assignment]
     """The audit trail: state-changing calls, newest last (see audit.proto)."""
+    GetDrift: _aio.UnaryUnaryMultiCallable[_drift_pb2.DriftRequest, _drift_pb2.DriftPlan]  # type: ignore[assignment]
+    """Topic configs, partitions and ACLs (see drift.proto); forwarded to the config-sync
+    service.
+    """
+    ApplyDrift: _aio.UnaryUnaryMultiCallable[_drift_pb2.ApplyDriftRequest, _drift_pb2.ApplyDriftResult]  # type: ignore[assignment]
+    GetDriftHistory: _aio.UnaryUnaryMultiCallable[_drift_pb2.DriftHistoryRequest, _drift_pb2.DriftHistory]  # type: ignore[assignment]
 
 class AdminServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -219,11 +245,53 @@ class AdminServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_failover_pb2.FailbackResult, _abc.Awaitable[_failover_pb2.FailbackResult]]: ...
 
     @_abc_1.abstractmethod
+    def OffloadPartitions(
+        self,
+        request: _spark_pb2.PlacePartitionsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_spark_pb2.PlacePartitionsResponse, _abc.Awaitable[_spark_pb2.PlacePartitionsResponse]]:
+        """Pin partitions to the Spark executor / back to the replicator workers (issue 8).
+        FAILED_PRECONDITION when no Spark executor is alive or the flow is pinned by
+        mirrorline.executor.
+        """
+
+    @_abc_1.abstractmethod
+    def ReclaimPartitions(
+        self,
+        request: _spark_pb2.PlacePartitionsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_spark_pb2.PlacePartitionsResponse, _abc.Awaitable[_spark_pb2.PlacePartitionsResponse]]: ...
+
+    @_abc_1.abstractmethod
     def History(
         self,
         request: _audit_pb2.HistoryRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_audit_pb2.HistoryResponse, _abc.Awaitable[_audit_pb2.HistoryResponse]]:
         """The audit trail: state-changing calls, newest last (see audit.proto)."""
+
+    @_abc_1.abstractmethod
+    def GetDrift(
+        self,
+        request: _drift_pb2.DriftRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_drift_pb2.DriftPlan, _abc.Awaitable[_drift_pb2.DriftPlan]]:
+        """Topic configs, partitions and ACLs (see drift.proto); forwarded to the config-sync
+        service.
+        """
+
+    @_abc_1.abstractmethod
+    def ApplyDrift(
+        self,
+        request: _drift_pb2.ApplyDriftRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_drift_pb2.ApplyDriftResult, _abc.Awaitable[_drift_pb2.ApplyDriftResult]]: ...
+
+    @_abc_1.abstractmethod
+    def GetDriftHistory(
+        self,
+        request: _drift_pb2.DriftHistoryRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_drift_pb2.DriftHistory, _abc.Awaitable[_drift_pb2.DriftHistory]]: ...
 
 def add_AdminServicer_to_server(servicer: AdminServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from mirrorline.v1 import flows_pb2 as mirrorline_dot_v1_dot_flows__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fmirrorline/v1/coordinator.proto\x12\rmirrorline.v1\x1a\x19mirrorline/v1/flows.proto\"L\n\x13ServiceAnnouncement\x12\x0f\n\x07service\x18\x01 \x01(\t\x12\x13\n\x0binstance_id\x18\x02 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\"\x1e\n\rAnnounceReply\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\"\x98\x01\n\x0fWorkerHeartbeat\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x16\n\x0e\x61pplied_offset\x18\x03 \x01(\x03\x12\x32\n\npartitions\x18\x04 \x03(\x0b\x32\x1e.mirrorline.v1.PartitionStatus\x12\x15\n\rstarted_at_ms\x18\x05 \x01(\x03\"1\n\x0eHeartbeatReply\x12\x10\n\x08lease_ms\x18\x01 \x01(\x03\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\x32\xa7\x01\n\x0b\x43oordinator\x12J\n\tHeartbeat\x12\x1e.mirrorline.v1.WorkerHeartbeat\x1a\x1d.mirrorline.v1.HeartbeatReply\x12L\n\x08\x41nnounce\x12\".mirrorline.v1.ServiceAnnouncement\x1a\x1c.mirrorline.v1.AnnounceReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fmirrorline/v1/coordinator.proto\x12\rmirrorline.v1\x1a\x19mirrorline/v1/flows.proto\"L\n\x13ServiceAnnouncement\x12\x0f\n\x07service\x18\x01 \x01(\t\x12\x13\n\x0binstance_id\x18\x02 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\"\x1e\n\rAnnounceReply\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\"\xcb\x01\n\x0fWorkerHeartbeat\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x16\n\x0e\x61pplied_offset\x18\x03 \x01(\x03\x12\x32\n\npartitions\x18\x04 \x03(\x0b\x32\x1e.mirrorline.v1.PartitionStatus\x12\x15\n\rstarted_at_ms\x18\x05 \x01(\x03\x12\x0c\n\x04kind\x18\x06 \x01(\t\x12\x12\n\nui_address\x18\x07 \x01(\t\x12\x0f\n\x07problem\x18\x08 \x01(\t\"1\n\x0eHeartbeatReply\x12\x10\n\x08lease_ms\x18\x01 \x01(\x03\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\x32\xa7\x01\n\x0b\x43oordinator\x12J\n\tHeartbeat\x12\x1e.mirrorline.v1.WorkerHeartbeat\x1a\x1d.mirrorline.v1.HeartbeatReply\x12L\n\x08\x41nnounce\x12\".mirrorline.v1.ServiceAnnouncement\x1a\x1c.mirrorline.v1.AnnounceReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,9 +37,9 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ANNOUNCEREPLY']._serialized_start=155
   _globals['_ANNOUNCEREPLY']._serialized_end=185
   _globals['_WORKERHEARTBEAT']._serialized_start=188
-  _globals['_WORKERHEARTBEAT']._serialized_end=340
-  _globals['_HEARTBEATREPLY']._serialized_start=342
-  _globals['_HEARTBEATREPLY']._serialized_end=391
-  _globals['_COORDINATOR']._serialized_start=394
-  _globals['_COORDINATOR']._serialized_end=561
+  _globals['_WORKERHEARTBEAT']._serialized_end=391
+  _globals['_HEARTBEATREPLY']._serialized_start=393
+  _globals['_HEARTBEATREPLY']._serialized_end=442
+  _globals['_COORDINATOR']._serialized_start=445
+  _globals['_COORDINATOR']._serialized_end=612
 # @@protoc_insertion_point(module_scope)

@@ -27,7 +27,7 @@ class ServiceAnnouncement(_message.Message):
     INSTANCE_ID_FIELD_NUMBER: _builtins.int
     ADDRESS_FIELD_NUMBER: _builtins.int
     service: _builtins.str
-    """"checkpointer" """
+    """"checkpointer", "configsync" """
     instance_id: _builtins.str
     address: _builtins.str
     """its gRPC address"""
@@ -74,6 +74,9 @@ class WorkerHeartbeat(_message.Message):
     APPLIED_OFFSET_FIELD_NUMBER: _builtins.int
     PARTITIONS_FIELD_NUMBER: _builtins.int
     STARTED_AT_MS_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    UI_ADDRESS_FIELD_NUMBER: _builtins.int
+    PROBLEM_FIELD_NUMBER: _builtins.int
     worker_id: _builtins.str
     address: _builtins.str
     """the worker's own gRPC address"""
@@ -82,6 +85,12 @@ class WorkerHeartbeat(_message.Message):
     is current as of that record.
     """
     started_at_ms: _builtins.int
+    kind: _builtins.str
+    """"" or "replicator": a replicator worker; "spark": a Spark executor (issue 8)."""
+    ui_address: _builtins.str
+    """Where the Spark executor's web UI serves (kind "spark" only)."""
+    problem: _builtins.str
+    """Why partitions were given back (e.g. the streaming query failed); shown in status."""
     @_builtins.property
     def partitions(self) -> _containers.RepeatedCompositeFieldContainer[_flows_pb2.PartitionStatus]:
         """every partition it currently owns"""
@@ -94,10 +103,13 @@ class WorkerHeartbeat(_message.Message):
         applied_offset: _builtins.int = ...,
         partitions: _abc.Iterable[_flows_pb2.PartitionStatus] | None = ...,
         started_at_ms: _builtins.int = ...,
+        kind: _builtins.str = ...,
+        ui_address: _builtins.str = ...,
+        problem: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "applied_offset", b"applied_offset", "partitions", b"partitions", "started_at_ms", b"started_at_ms", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "applied_offset", b"applied_offset", "kind", b"kind", "partitions", b"partitions", "problem", b"problem", "started_at_ms", b"started_at_ms", "ui_address", b"ui_address", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

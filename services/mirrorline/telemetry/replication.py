@@ -101,6 +101,24 @@ class ReplicationMetrics:
                              minimum=0, maximum=0, last=0)
         self._byte_count.add(nbytes, m.attributes)
 
+    def acknowledged_summary(self, m: PartitionMetrics, count: int, value_bytes: int,
+                             min_ts: int, max_ts: int, last_ts: int) -> None:
+        """A run acknowledged by a path that sees only its summary (the Spark executor):
+        count, value bytes and end-to-end latency, under the same names."""
+        if count <= 0:
+            return
+        now_ms = self._clock() * 1000.0
+        mean_ts = (min_ts + max_ts) / 2.0
+        m.latency.record(now_ms / 1000.0, count=count, total=(now_ms - mean_ts) * count,
+                         minimum=now_ms - max_ts, maximum=now_ms - min_ts,
+                         last=now_ms - last_ts)
+        m.records.record(now_ms / 1000.0, count=count, total=count, minimum=0, maximum=0,
+                         last=0)
+        m.value_bytes.record(now_ms / 1000.0, count=count, total=value_bytes, minimum=0,
+                             maximum=0, last=0)
+        self._record_count.add(count, m.attributes)
+        self._byte_count.add(value_bytes, m.attributes)
+
     def acknowledged(self, m: PartitionMetrics, records: Sequence[Record]) -> None:
         """After the target's ack: count and end-to-end latency."""
         now_ms = self._clock() * 1000.0

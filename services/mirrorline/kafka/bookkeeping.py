@@ -16,7 +16,6 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 
 from mirrorline.core.offset_syncs import OffsetSyncPlanner
-from mirrorline.kafka.records import Record
 from mirrorline.v1 import offset_map_pb2
 
 log = logging.getLogger(__name__)
@@ -160,23 +159,24 @@ class OffsetMapWriter(BatchAppender):
             self._timer = None
         await super().stop()
 
-    def acknowledged(self, topic: str, partition: int, records: Sequence[Record],
+    def acknowledged(self, topic: str, partition: int, offsets: Sequence[int],
                      downstream_base: int) -> None:
-        """Queue the runs of one acknowledged batch (written to `downstream_base`...)."""
+        """Queue the runs of one acknowledged batch: upstream `offsets` (in order) were
+        written to `downstream_base`, `downstream_base + 1`, ..."""
         message = self._queue.get((topic, partition))
         if message is None:
             message = self._queue[(topic, partition)] = offset_map_pb2.OffsetMapRecord(
                 topic=topic, partition=partition)
-        first, last = records[0].offset, records[-1].offset
-        if last - first + 1 == len(records):
-            _append_run(message, first, len(records), downstream_base)
+        first, last = offsets[0], offsets[-1]
+        if last - first + 1 == len(offsets):
+            _append_run(message, first, len(offsets), downstream_base)
         else:  # gaps upstream (compaction, transaction markers): one run per stretch
             start, run_first = 0, first
-            for i in range(1, len(records) + 1):
-                if i == len(records) or records[i].offset != records[i - 1].offset + 1:
+            for i in range(1, len(offsets) + 1):
+                if i == len(offsets) or offsets[i] != offsets[i - 1] + 1:
                     _append_run(message, run_first, i - start, downstream_base + start)
-                    if i < len(records):
-                        start, run_first = i, records[i].offset
+                    if i < len(offsets):
+                        start, run_first = i, offsets[i]
         self.wake()
 
 

@@ -1,0 +1,46 @@
+"""Kafka client settings for librdkafka (confluent-kafka), from the same Java properties.
+
+The Spark executor's source and sink run inside Spark's Python workers, where librdkafka
+is the fast client. Their settings come from the flow's `<alias>.consumer.*` /
+`<alias>.producer.*` properties, validated by the same translation the aiokafka clients
+use (`mirrorline.kafka.clients`), so a setting is accepted or refused the same way on
+both paths. Only what librdkafka needs to connect is carried over: bootstrap servers,
+the security protocol, SASL credentials and PEM trust/identity files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from mirrorline.kafka.clients import consumer_kwargs
+
+__all__ = ["rdkafka_config"]
+
+_PEM_KEYS = {
+    "ssl.truststore.location": "ssl.ca.location",
+    "ssl.keystore.location": "ssl.certificate.location",
+    "ssl.key.password": "ssl.key.password",
+}
+
+
+def rdkafka_config(java: Mapping[str, str]) -> dict[str, str]:
+    """librdkafka settings to reach the cluster `java` describes.
+
+    Raises ConfigError (naming the key) for anything the aiokafka translation refuses.
+    """
+    kwargs, _ = consumer_kwargs(java)  # validates (SASL, SSL files, protocol) or raises
+    servers = kwargs.get("bootstrap_servers")
+    out = {"bootstrap.servers": ",".join(servers) if isinstance(servers, list)
+           else str(servers)}
+    protocol = kwargs.get("security_protocol")
+    if protocol:
+        out["security.protocol"] = str(protocol).lower()
+    if kwargs.get("sasl_mechanism"):
+        out["sasl.mechanisms"] = str(kwargs["sasl_mechanism"])
+        if kwargs.get("sasl_plain_username") is not None:
+            out["sasl.username"] = str(kwargs["sasl_plain_username"])
+            out["sasl.password"] = str(kwargs.get("sasl_plain_password") or "")
+    for java_key, rd_key in _PEM_KEYS.items():
+        if java.get(java_key):
+            out[rd_key] = java[java_key]
+    return out

@@ -1,0 +1,154 @@
+"""The Spark driver inside the executor service: one SparkSession, streaming queries.
+
+PySpark's driver API blocks (py4j calls into the JVM), so every call runs on one
+dedicated thread (`spark-driver`), never on the event loop. One thread rather than a
+pool because PySpark pins JVM state such as the active session to the calling thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+
+#: Pause between micro-batches when there is nothing to copy.
+TRIGGER = "200 milliseconds"
+
+
+@dataclass
+class QueryStatus:
+    active: bool
+    error: str | None
+    #: Duration of the last micro-batch (ms) and its input rows.
+    batch_ms: float
+    input_rows: int
+    #: (topic, partition) -> latest source offset the source reported (its log end).
+    latest: dict[tuple[str, int], int]
+
+
+class SparkDriver:
+    def __init__(self, master: str, conf: Mapping[str, str], app_name: str) -> None:
+        self.master = master
+        self.conf = dict(conf)
+        self.app_name = app_name
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spark-driver")
+        self._spark: Any = None
+        self.ui_address = ""
+
+    async def call(self, fn: Callable[[], _T]) -> _T:
+        return await asyncio.get_running_loop().run_in_executor(self._thread, fn)
+
+    async def start(self) -> None:
+        started = time.monotonic()
+        await self.call(self._start)
+        log.info("Spark session on %s ready in %.1fs (UI %s)", self.master,
+                 time.monotonic() - started, self.ui_address or "off")
+
+    def _start(self) -> None:
+        # Spark's Python workers must run this interpreter: it has mirrorline installed.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+        from pyspark.sql import SparkSession
+
+        from mirrorline_spark.source import KafkaDataSource
+
+        builder = SparkSession.builder.master(self.master).appName(self.app_name)
+        defaults = {"spark.sql.shuffle.partitions": "4",
+                    "spark.sql.streaming.stopTimeout": "10000",
+                    "spark.ui.showConsoleProgress": "false"}
+        for key, value in {**defaults, **self.conf}.items():
+            builder = builder.config(key, value)
+        spark = builder.getOrCreate()
+        spark.sparkContext.setLogLevel("WARN")
+        spark.dataSource.register(KafkaDataSource)
+        self._spark = spark
+        self.ui_address = spark.sparkContext.uiWebUrl or ""
+
+    async def stop(self) -> None:
+        if self._spark is not None:
+            spark, self._spark = self._spark, None
+            try:
+                await asyncio.wait_for(self.call(spark.stop), 15.0)
+            except TimeoutError:
+                log.warning("Spark did not stop within 15s; leaving it to process exit")
+        self._thread.shutdown(wait=False, cancel_futures=True)
+
+    # -- queries ------------------------------------------------------------------------
+    async def start_query(self, name: str, source: Mapping[str, str],
+                          sink: Mapping[str, str]) -> RunningQuery:
+        checkpoint = tempfile.mkdtemp(prefix=f"mirrorline-spark-{name}-")
+
+        def run() -> Any:
+            from mirrorline_spark import FORMAT
+
+            reader = self._spark.readStream.format(FORMAT)
+            for key, value in source.items():
+                reader = reader.option(key, value)
+            writer = reader.load().writeStream.format(FORMAT).queryName(name)
+            for key, value in sink.items():
+                writer = writer.option(key, value)
+            # The checkpoint is a cache Spark needs; the truth is the durable progress
+            # the start offsets came from, so every query starts from a fresh directory.
+            return writer.option("checkpointLocation", checkpoint) \
+                .trigger(processingTime=TRIGGER).start()
+
+        query = await self.call(run)
+        return RunningQuery(self, query, checkpoint)
+
+
+class RunningQuery:
+    def __init__(self, driver: SparkDriver, query: Any, checkpoint: str) -> None:
+        self._driver = driver
+        self._query = query
+        self.checkpoint = checkpoint
+
+    async def status(self) -> QueryStatus:
+        return await self._driver.call(self._status)
+
+    def _status(self) -> QueryStatus:
+        q = self._query
+        error = q.exception()
+        progress = q.lastProgress or {}
+        latest: dict[tuple[str, int], int] = {}
+        for source in progress.get("sources", []):
+            raw = source.get("latestOffset") or source.get("endOffset")
+            if isinstance(raw, str):
+                try:
+                    raw = json.loads(raw)
+                except ValueError:
+                    raw = None
+            if isinstance(raw, dict):
+                from mirrorline_spark.options import parse_offset_key
+
+                for key, value in raw.items():
+                    latest[parse_offset_key(key)] = int(value)
+        durations = progress.get("durationMs", {})
+        return QueryStatus(active=bool(q.isActive),
+                           error=None if error is None else str(error.desc
+                                                                if hasattr(error, "desc")
+                                                                else error),
+                           batch_ms=float(durations.get("triggerExecution", 0.0)),
+                           input_rows=int(progress.get("numInputRows", 0)), latest=latest)
+
+    async def trigger_active(self) -> bool:
+        return await self._driver.call(
+            lambda: bool(self._query.isActive and self._query.status.get("isTriggerActive")))
+
+    async def stop(self) -> None:
+        try:
+            await self._driver.call(self._query.stop)
+        finally:
+            shutil.rmtree(self.checkpoint, ignore_errors=True)

@@ -1,0 +1,128 @@
+"""The `mirrorline spark-executor` process: gRPC health and status, metrics under the
+replicator's MM2 names, a Spark driver, and the agent that follows the control log."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+import tempfile
+from collections.abc import Mapping, Sequence
+
+import grpc
+
+from mirrorline.controlplane.home import control_topics, home_clients, home_cluster
+from mirrorline.controlplane.log import ControlLog
+from mirrorline.core.settings import MirrorSettings
+from mirrorline.grpcserver import ServiceServer
+from mirrorline.telemetry import Telemetry, setup_telemetry
+from mirrorline.telemetry.replication import ReplicationMetrics
+from mirrorline.v1 import flows_pb2, replicator_pb2, replicator_pb2_grpc
+from mirrorline_spark.executor import preflight
+from mirrorline_spark.executor.agent import SparkAgent
+from mirrorline_spark.executor.driver import SparkDriver
+
+log = logging.getLogger(__name__)
+
+
+class SparkExecutorService:
+    def __init__(self, settings: MirrorSettings, *, executor_id: str, master: str,
+                 spark_conf: Mapping[str, str], targets: Sequence[str] | None = None,
+                 grpc_host: str = "127.0.0.1", grpc_port: int = 0,
+                 metrics_host: str = "127.0.0.1", metrics_port: int | None = 0,
+                 advertise: str | None = None) -> None:
+        self.settings = settings
+        #: The worker id the controller sees: `spark:<id>`.
+        self.worker_id = f"spark:{executor_id}"
+        self.master = master
+        self._targets = tuple(targets) if targets else None
+        self._grpc = ServiceServer(name=f"spark-executor {executor_id}", host=grpc_host,
+                                   port=grpc_port)
+        self._metrics_host, self._metrics_port = metrics_host, metrics_port
+        self._advertise = advertise
+        self.driver = SparkDriver(master, spark_conf, app_name=f"mirrorline-{executor_id}")
+        self.telemetry: Telemetry | None = None
+        self.agent: SparkAgent | None = None
+        self._control: ControlLog | None = None
+        self._workdir = tempfile.mkdtemp(prefix="mirrorline-spark-")
+        self._tasks: list[asyncio.Task[None]] = []
+
+    @property
+    def grpc_port(self) -> int | None:
+        return self._grpc.port
+
+    async def start(self) -> None:
+        await preflight.check_reachable(self.master)
+        self.telemetry = setup_telemetry("spark-executor", instance=self.worker_id,
+                                         metrics_port=self._metrics_port,
+                                         metrics_host=self._metrics_host)
+        await self.telemetry.start()
+        metrics = ReplicationMetrics(self.telemetry.meter)
+        self._grpc.add(replicator_pb2_grpc.add_ReplicatorServicer_to_server,
+                       _StatusServicer(self),
+                       [replicator_pb2.DESCRIPTOR.services_by_name["Replicator"].full_name])
+        port = await self._grpc.start()
+        await self.driver.start()
+        home = home_cluster(self.settings, self._targets)
+        consumer, _, _ = home_clients(self.settings, home, f"executor-{self.worker_id}")
+        self._control = ControlLog(consumer_kwargs=consumer,
+                                   topic=control_topics(self.settings)[0])
+        await self._control.start()
+        self.agent = SparkAgent(self.settings, self._control, worker_id=self.worker_id,
+                                address=self._advertise or f"127.0.0.1:{port}",
+                                driver=self.driver, metrics=metrics, workdir=self._workdir)
+        await self.agent.start()
+        self._tasks.append(asyncio.create_task(self._health_loop(), name="health"))
+        log.info("spark executor %s: gRPC %s, metrics %s, master %s, UI %s", self.worker_id,
+                 port, self.telemetry.metrics_port, self.master, self.driver.ui_address)
+
+    async def stop(self) -> None:
+        await self._grpc.set_serving(False)
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.agent is not None:
+            await self.agent.stop()
+        if self._control is not None:
+            await self._control.stop()
+        await self.driver.stop()
+        await self._grpc.stop()
+        if self.telemetry is not None:
+            await self.telemetry.stop()
+        shutil.rmtree(self._workdir, ignore_errors=True)
+
+    def serving(self) -> bool:
+        agent = self.agent
+        return agent is not None and not agent.fenced and not agent.heartbeat_error \
+            and not agent.problem
+
+    async def _health_loop(self) -> None:
+        while True:
+            await self._grpc.set_serving(self.serving())
+            await asyncio.sleep(1.0)
+
+    def status(self) -> replicator_pb2.ReplicatorStatus:
+        out = replicator_pb2.ReplicatorStatus(worker_id=self.worker_id, serving=self.serving())
+        if self.agent is None:
+            return out
+        for name, run in sorted(self.agent.runs.items()):
+            views = run.partitions()
+            out.flows.add(flow=name, state=flows_pb2.FLOW_STATE_ERROR if run.problem
+                          else flows_pb2.FLOW_STATE_RUNNING, error=run.problem or "",
+                          partitions=len(views))
+            out.partitions.extend(views)
+        return out
+
+
+class _StatusServicer(replicator_pb2_grpc.ReplicatorServicer):
+    """The replicator's GetStatus, so the controller reads an executor like a worker."""
+
+    def __init__(self, service: SparkExecutorService) -> None:
+        self._service = service
+
+    async def GetStatus(self, request: replicator_pb2.GetReplicatorStatusRequest,
+                        context: grpc.aio.ServicerContext[
+                            replicator_pb2.GetReplicatorStatusRequest,
+                            replicator_pb2.ReplicatorStatus]
+                        ) -> replicator_pb2.ReplicatorStatus:
+        return self._service.status()

@@ -1,0 +1,200 @@
+"""A Kafka source for Spark Structured Streaming on the Python Data Source API.
+
+Explicitly assigned source partitions (never a consumer group), read from given start
+offsets. A micro-batch's offsets are the partitions' source offsets: `{"<p>:<topic>":
+next offset}`. Ends come from the high watermarks in fetch responses, never from
+ListOffsets(latest), which some Kafka-compatible brokers answer wrongly. Each micro-batch
+reads one Spark partition per Kafka partition and yields Arrow record batches.
+
+The start offsets are given by whoever starts the query (the executor reads them from
+durable progress); Spark's checkpoint is only a cache of them.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import ReadLimit
+from pyspark.sql.types import StructType
+
+from mirrorline_spark import FORMAT
+from mirrorline_spark.options import SourceOptions, offset_key, parse_layout, parse_offset_key
+from mirrorline_spark.records import (
+    ARROW_SCHEMA,
+    CHUNK_SCHEMA_DDL,
+    HEADER,
+    SCHEMA_DDL,
+    to_chunk,
+)
+
+#: Records per consume() call and per Arrow batch.
+CHUNK = 20_000
+#: How long the driver listens for fetch responses when asked for the latest offsets.
+PROBE_S = 0.25
+#: A read task that gets nothing for this long while records are due fails, naming them.
+STALL_S = 120.0
+
+
+@dataclass(frozen=True)
+class KafkaRange(InputPartition):
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+
+class KafkaDataSource(DataSource):
+    """`format("mirrorline-kafka")`: the source (readStream) and the sink (writeStream)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    def schema(self) -> str:
+        return CHUNK_SCHEMA_DDL if parse_layout(self.options) == "chunks" else SCHEMA_DDL
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return KafkaStreamReader(SourceOptions.parse(self.options))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from mirrorline_spark.sink import KafkaStreamWriter
+
+        return KafkaStreamWriter(self.options)
+
+
+class KafkaStreamReader(DataSourceStreamReader):
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self._probe: Any = None
+        self._high: dict[tuple[str, int], int] = {}
+
+    def initialOffset(self) -> dict[str, int]:
+        return {offset_key(t, p): o for (t, p), o in sorted(self.options.starts.items())}
+
+    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
+        if self.options.drain_file and os.path.exists(self.options.drain_file):
+            return dict(start)  # the executor is handing these partitions over
+        positions = {parse_offset_key(k): int(v) for k, v in start.items()}
+        high = self.high_watermarks(positions)
+        # Micro-batches stay bounded per partition whatever limit the trigger passes.
+        cap = self.options.max_records
+        end = {}
+        for (topic, partition), position in positions.items():
+            hw = high.get((topic, partition), position)
+            end[offset_key(topic, partition)] = max(position, min(hw, position + cap))
+        return end
+
+    def high_watermarks(self, positions: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+        """The log end of each partition, as the last fetch responses report it.
+
+        A consumer positioned at the last known end fetches for `PROBE_S`; each fetch
+        response carries the partition's high watermark, which librdkafka caches. Records
+        it happens to receive are dropped (they are read by the tasks).
+        """
+        from confluent_kafka import Consumer, TopicPartition
+
+        if self._probe is None:
+            self._probe = Consumer({**self.options.kafka, "group.id": "mirrorline-spark-probe",
+                                    "enable.auto.commit": False, "fetch.wait.max.ms": 20,
+                                    "max.partition.fetch.bytes": 1024,
+                                    "enable.partition.eof": False})
+        tps = [TopicPartition(t, p, max(o, self._high.get((t, p), o)))
+               for (t, p), o in positions.items()]
+        self._probe.assign(tps)
+        deadline = time.monotonic() + PROBE_S
+        while (left := deadline - time.monotonic()) > 0:
+            self._probe.consume(num_messages=1000, timeout=left)
+        for (t, p) in positions:
+            _, high = self._probe.get_watermark_offsets(TopicPartition(t, p), cached=True)
+            if high >= 0:
+                self._high[(t, p)] = max(high, self._high.get((t, p), high))
+        return dict(self._high)
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[KafkaRange]:
+        ranges = []
+        for key, stop in sorted(end.items()):
+            topic, partition = parse_offset_key(key)
+            first = int(start.get(key, stop))
+            if first < int(stop):
+                ranges.append(KafkaRange(topic, partition, first, int(stop)))
+        return ranges
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, KafkaRange)
+        batches = read_range(self.options.kafka, partition)
+        if self.options.layout == "chunks":
+            return (to_chunk(b, partition.topic, partition.partition) for b in batches)
+        return batches
+
+    def commit(self, end: dict[str, int]) -> None:
+        """Nothing to do: the executor records progress once the target acknowledged."""
+
+    def stop(self) -> None:
+        if self._probe is not None:
+            self._probe.close()
+            self._probe = None
+
+
+def read_range(kafka: dict[str, str], r: KafkaRange) -> Iterator[pa.RecordBatch]:
+    """Records [r.start, r.end) of one partition, in offset order, as Arrow batches."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    consumer = Consumer({**kafka, "group.id": "mirrorline-spark-reader",
+                         "enable.auto.commit": False, "enable.partition.eof": False,
+                         "auto.offset.reset": "error", "fetch.max.bytes": 52428800,
+                         "max.partition.fetch.bytes": 8388608,
+                         "queued.max.messages.kbytes": 262144})
+    try:
+        tp = TopicPartition(r.topic, r.partition, r.start)
+        consumer.assign([tp])
+        position = r.start
+        last_progress = time.monotonic()
+        while position < r.end:
+            messages = consumer.consume(num_messages=CHUNK, timeout=1.0)
+            if not messages:
+                pos = consumer.position([TopicPartition(r.topic, r.partition)])[0].offset
+                if pos >= r.end:  # only control records (transaction markers) were left
+                    break
+                if time.monotonic() - last_progress > STALL_S:
+                    raise RuntimeError(
+                        f"no records from {r.topic!r} partition {r.partition} at offset "
+                        f"{position} for {STALL_S:.0f}s although the log reaches {r.end}")
+                continue
+            last_progress = time.monotonic()
+            for m in messages:
+                if m.error() is not None:
+                    raise KafkaException(m.error())
+            last = int(messages[-1].offset() or 0)
+            if last >= r.end:
+                messages = [m for m in messages if int(m.offset() or 0) < r.end]
+            if not messages:
+                break
+            position = int(messages[-1].offset() or 0) + 1
+            yield to_arrow(r.topic, r.partition, messages)
+    finally:
+        consumer.close()
+
+
+def to_arrow(topic: str, partition: int, messages: Sequence[Any]) -> pa.RecordBatch:
+    n = len(messages)
+    headers = [m.headers() or [] for m in messages]
+    return pa.RecordBatch.from_arrays([
+        pa.array([topic] * n, pa.string()),
+        pa.array([partition] * n, pa.int32()),
+        pa.array([m.offset() for m in messages], pa.int64()),
+        pa.array([m.key() for m in messages], pa.binary()),
+        pa.array([m.value() for m in messages], pa.binary()),
+        pa.array([m.timestamp()[1] for m in messages], pa.int64()),
+        pa.array(headers, pa.list_(HEADER)),
+    ], schema=ARROW_SCHEMA)

@@ -1,0 +1,131 @@
+"""A Spark micro-batch's acknowledgements, through the same bookkeeping as the replicator:
+runs of where records landed, the offset syncs MM2's rule makes of them, and the checks
+made before the executor starts (pure parts; Spark itself runs in the integration tests)."""
+
+from __future__ import annotations
+
+import pytest
+from mirrorline_spark.acks import PartitionAcks
+from mirrorline_spark.executor import preflight
+from mirrorline_spark.options import offset_key, parse_offset_key
+
+from mirrorline.core.acked_runs import offset_runs, run_offsets
+from mirrorline.core.errors import ConfigError
+from mirrorline.core.offset_syncs import OffsetSyncPlanner
+
+
+def test_contiguous_acknowledgements_are_one_run() -> None:
+    assert offset_runs(list(range(10, 20)), list(range(100, 110))) == [(10, 10, 100)]
+    assert offset_runs([], []) == []
+
+
+def test_runs_are_cut_where_either_side_jumps() -> None:
+    # Another producer wrote to the target partition between 102 and 110; the source
+    # has a gap (a transaction marker) after offset 14.
+    up = [10, 11, 12, 13, 14, 16, 17]
+    down = [100, 101, 102, 110, 111, 112, 113]
+    runs = offset_runs(up, down)
+    assert runs == [(10, 3, 100), (13, 2, 110), (16, 2, 112)]
+    assert [o for r in runs for o in run_offsets(r)] == up
+
+
+def test_acknowledgements_out_of_order_are_refused() -> None:
+    with pytest.raises(ValueError, match="out of order"):
+        offset_runs([1, 2, 3], [10, 12, 11])
+    with pytest.raises(ValueError, match="out of order"):
+        offset_runs([1, 3, 2], [10, 11, 12])
+    with pytest.raises(ValueError, match="3 upstream offsets but 2"):
+        offset_runs([1, 2, 3], [10, 11])
+
+
+def test_a_micro_batch_gives_the_same_offset_syncs_as_records_acknowledged_one_by_one() -> None:
+    """The executor feeds each run to the planner the replicator uses: same syncs."""
+    up = [0, 1, 2, 3, 4, 5, 6, 8, 9, 10]
+    down = [0, 1, 2, 3, 7, 8, 9, 10, 11, 12]
+    batched = OffsetSyncPlanner(2)
+    for run in offset_runs(up, down):
+        batched.queue_batch("t", 0, run_offsets(run), run[2])
+    single = OffsetSyncPlanner(2)
+    for u, d in zip(up, down, strict=True):
+        single.queue("t", 0, u, d)
+    batched.promote_delayed()
+    single.promote_delayed()
+    assert batched.take_pending(100) == single.take_pending(100)
+
+
+def test_commit_messages_survive_their_json_round_trip() -> None:
+    acks = PartitionAcks("t:x", 3, "a.t:x", [(5, 2, 9)], None, 40, 1, 2, 2)
+    assert acks.records == 2
+    from dataclasses import asdict
+    assert PartitionAcks.from_json(asdict(acks)) == acks
+    assert parse_offset_key(offset_key("t:x", 3)) == ("t:x", 3)
+
+
+@pytest.mark.parametrize("master", ["local", "local[*]", "local[2]", "local[2,3]",
+                                    "spark://h:7077", "spark://h1:7077,h2:7077",
+                                    "k8s://https://api:6443", "yarn"])
+def test_master_urls_spark_accepts(master: str) -> None:
+    assert preflight.check_master(master) == master
+
+
+@pytest.mark.parametrize("master", ["", "local[x]", "spark:/h", "mesos://h:5050", "h:7077"])
+def test_unknown_master_urls_are_configuration_errors(master: str) -> None:
+    with pytest.raises(ConfigError, match="not a Spark master URL"):
+        preflight.check_master(master)
+
+
+def test_spark_conf_entries_must_be_spark_settings() -> None:
+    assert preflight.parse_spark_conf(["spark.a=1", "spark.b= x=y"]) == {"spark.a": "1",
+                                                                         "spark.b": " x=y"}
+    with pytest.raises(ConfigError, match="'novalue' is not KEY=VALUE"):
+        preflight.parse_spark_conf(["novalue"])
+    with pytest.raises(ConfigError, match=r"'executor\.memory' is not a Spark setting"):
+        preflight.parse_spark_conf(["executor.memory=2g"])
+
+
+def test_a_java_home_without_java_is_named(tmp_path: object, monkeypatch: pytest.MonkeyPatch
+                                           ) -> None:
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path))
+    with pytest.raises(ConfigError, match="has no executable bin/java"):
+        preflight.java_executable()
+
+
+async def test_an_unreachable_standalone_master_is_reported() -> None:
+    with pytest.raises(ConfigError, match="unreachable"):
+        await preflight.check_reachable("spark://127.0.0.1:1", timeout=2)
+
+
+def test_chunks_carry_records_unchanged() -> None:
+    import pyarrow as pa
+    from mirrorline_spark.records import ARROW_SCHEMA, from_chunks, to_chunk
+
+    batch = pa.RecordBatch.from_arrays([
+        pa.array(["t", "t"]), pa.array([3, 3], pa.int32()), pa.array([7, 9], pa.int64()),
+        pa.array([b"k", None], pa.binary()), pa.array([None, b"v"], pa.binary()),
+        pa.array([1, 2], pa.int64()),
+        pa.array([[("h", b"1"), ("h", None)], []], ARROW_SCHEMA.field("headers").type)],
+        schema=ARROW_SCHEMA)
+    chunk = to_chunk(batch, "t", 3)
+    assert chunk.to_pydict()["first_offset"] == [7] and chunk.to_pydict()["records"] == [2]
+    assert [b.to_pylist() for b in from_chunks(chunk)] == [batch.to_pylist()]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--master", "mesos://h:5050"], "--master: 'mesos://h:5050' is not a Spark master URL"),
+    (["--spark-conf", "oops"], "--spark-conf: 'oops' is not KEY=VALUE"),
+])
+def test_the_command_refuses_bad_spark_settings_with_status_2(
+        tmp_path: object, args: list[str], message: str) -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    config = Path(str(tmp_path)) / "mm2.properties"
+    config.write_text("clusters = a, b\na.bootstrap.servers = 127.0.0.1:1\n"
+                      "b.bootstrap.servers = 127.0.0.1:1\na->b.enabled = true\n")
+    result = subprocess.run([sys.executable, "-m", "mirrorline", "spark-executor", "--config",
+                             str(config), *args], capture_output=True, text=True, timeout=60,
+                            check=False)
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
