@@ -500,3 +500,44 @@ async def test_source_gaps_give_one_offset_map_run_per_stretch_in_the_transactio
     assert [(r.upstream_start, r.count, r.downstream_start) for r in runs] == [
         (0, 2, 0), (5, 3, 2)]
     assert h.target.committed_progress() == {("orders", 0): 8}
+
+
+class Recorder:
+    """Stands in for a bookkeeping writer: remembers what reached it."""
+
+    def __init__(self, topic: str = "t") -> None:
+        self.topic = topic
+        self.calls: list[tuple[Any, ...]] = []
+
+    def save(self, *args: Any) -> None:
+        self.calls.append(("save", *args))
+
+    def acknowledged(self, *args: Any) -> None:
+        self.calls.append(("map", *args))
+
+    def wake(self) -> None:
+        self.calls.append(("wake",))
+
+
+def test_after_a_commit_the_shared_bookkeeping_writes_only_what_the_transaction_could_not(
+) -> None:
+    """The writers are stand-ins (they would need a broker): what matters is which of them
+    an acknowledgement reaches. Exactly-once mode: progress and map runs were committed
+    with the records; offset syncs on the source are planned and sent after the commit;
+    with syncs on the target (no sender left) nothing more is written."""
+    from mirrorline.kafka.acked import FlowBookkeeping
+
+    progress, map_writer, sender = Recorder(), Recorder(), Recorder(SYNCS)
+    planner = OffsetSyncPlanner(100)
+    books = FlowBookkeeping(progress, map_writer, planner, sender,  # type: ignore[arg-type]
+                            committed_with_records=True)
+    books.acknowledged("orders", 0, [0, 1, 2], 10)
+    assert progress.calls == [] and map_writer.calls == []
+    assert sender.calls == [("wake",)] and planner.pending_count == 1
+    books.sync_sender = None
+    books.acknowledged("orders", 0, [3, 4], 14)
+    assert progress.calls == [] and map_writer.calls == [] and planner.pending_count == 1
+    at_least_once = FlowBookkeeping(progress, map_writer, None, None)  # type: ignore[arg-type]
+    at_least_once.acknowledged("orders", 1, [0, 1], 0)
+    assert progress.calls == [("save", "orders", 1, 2)]
+    assert map_writer.calls == [("map", "orders", 1, [0, 1], 0)]
