@@ -8,6 +8,7 @@ configs are layered as spec §7.3 describes (see `DIFFERENCES_FROM_MM2` in confi
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Final, Literal, Protocol, TypeVar
 
 from mirrorline.core import _config_keys as keys
@@ -15,6 +16,7 @@ from mirrorline.core import _config_values as values
 from mirrorline.core._config_keys import DEFAULTS
 from mirrorline.core._config_layers import Layers, cluster_connection
 from mirrorline.core.errors import ConfigError
+from mirrorline.core.exactly_once import exactly_once_request
 from mirrorline.core.filters import parse_list
 from mirrorline.core.offload import OffloadSettings
 from mirrorline.core.properties import Property
@@ -155,6 +157,7 @@ class FlowBuilder:
                                                  values.parse_non_negative),
             clients=self.clients(),
             properties=self.loader.redacted({**{k: e.value for k, e in self.layers.top.items()},
+                                  **self._target_worker_keys(),
                                   **{k: e.value for k, e in self.flow.items()}}),
             admin_timeout_ms=self.get("admin.timeout.ms", values.parse_non_negative),
             source_cluster_alias=self.naming_alias("source.cluster.alias"),
@@ -166,8 +169,32 @@ class FlowBuilder:
             else "mm2",
             offload=self.offload(),
         )
+        flow = self._exactly_once_stays_on_workers(flow)
         if flow.enabled:
             self._check_enabled(flow)
+        return flow
+
+    def _target_worker_keys(self) -> dict[str, str]:
+        """Worker keys set for the target cluster that the services read from the flow's
+        properties (MM2's dedicated mode sets `exactly.once.source.support` per target)."""
+        entry = self.layers.cluster(self.target).get("exactly.once.source.support")
+        return {} if entry is None else {entry.key: entry.value}
+
+    def _exactly_once_stays_on_workers(self, flow: FlowSettings) -> FlowSettings:
+        """The Spark executor copies without transactions: a flow asking for exactly-once
+        runs on the replicator workers unless `mirrorline.executor` says otherwise, and
+        one that requires it cannot be sent to Spark at all."""
+        request = exactly_once_request(flow, flow.properties)
+        if request is None or flow.offload.executor == "workers":
+            return flow
+        entry = self.entry("mirrorline.executor")
+        if entry is None:
+            return replace(flow, offload=replace(flow.offload, executor="workers"))
+        if request.required:
+            raise self.loader.error(entry, entry.key, (
+                f"= {flow.offload.executor} would copy partitions on the Spark executor, "
+                f"which runs without transactions, but {request.key} = {request.value} "
+                "requires them; set mirrorline.executor = workers"))
         return flow
 
     def offload(self) -> OffloadSettings:
