@@ -92,9 +92,21 @@ MIRRORLINE_DEFAULT_OVERRIDES: Final[dict[str, tuple[str, str, str]]] = {
                                  "often, so a restart or failover replays less"),
 }
 
+#: Keys of Mirrorline's heartbeat service (canary and audit), which MM2 lacks. They are
+#: flow-level like MM2's connector keys, so one flow can have its own SLO or window.
+HEARTBEAT_SERVICE_DEFAULTS: Final[Mapping[str, str]] = MappingProxyType({
+    "canary.enabled": "true",
+    "canary.interval.ms": "1000",
+    "canary.latency.slo.ms": "5000",
+    "audit.enabled": "true",
+    "audit.window.ms": "60000",
+    "audit.grace.ms": "10000",
+})
+
 #: The defaults Mirrorline applies: MM2's, with the overrides above.
 DEFAULTS: Final[Mapping[str, str]] = MappingProxyType({
     **MM2_DEFAULTS,
+    **HEARTBEAT_SERVICE_DEFAULTS,
     **{key: ours for key, (_mm2, ours, _why) in MIRRORLINE_DEFAULT_OVERRIDES.items()},
 })
 
@@ -107,7 +119,7 @@ MIRRORLINE_KEYS: Final[frozenset[str]] = frozenset({"mirrorline.deployment"})
 WORKER_KEYS: Final = frozenset({"offset.storage.replication.factor", "offset.flush.interval.ms"})
 
 #: Flow-level (connector) keys with an effect: everything defaulted above except worker keys.
-FLOW_KEYS: Final = frozenset(MM2_DEFAULTS) - WORKER_KEYS
+FLOW_KEYS: Final = (frozenset(MM2_DEFAULTS) | frozenset(HEARTBEAT_SERVICE_DEFAULTS)) - WORKER_KEYS
 
 CLIENT_PREFIXES: Final = ("consumer.", "producer.", "admin.")
 

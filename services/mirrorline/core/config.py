@@ -28,6 +28,8 @@ from mirrorline.core.errors import ConfigError
 from mirrorline.core.filters import compile_patterns, parse_list
 from mirrorline.core.properties import Property, duplicates, last_wins, parse_properties
 from mirrorline.core.settings import (
+    AuditSettings,
+    CanarySettings,
     ClientSettings,
     ClusterSettings,
     ConfigWarning,
@@ -378,10 +380,29 @@ class _FlowBuilder:
             properties=_Redacted({**{k: e.value for k, e in self.layers.top.items()},
                                   **{k: e.value for k, e in self.flow.items()}}),
             admin_timeout_ms=self.get("admin.timeout.ms", values.parse_non_negative),
+            canary=CanarySettings(
+                enabled=self.flag("canary.enabled"),
+                interval_ms=self.get("canary.interval.ms", values.parse_positive),
+                latency_slo_ms=self.get("canary.latency.slo.ms", values.parse_positive)),
+            audit=self._audit(),
         )
         if flow.enabled:
             self._check_enabled(flow)
         return flow
+
+    def _audit(self) -> AuditSettings:
+        """`audit.*`, checked against the canary interval: a window shorter than one canary
+        interval could close without a single probe in it."""
+        window = self.get("audit.window.ms", values.parse_positive)
+        interval = self.get("canary.interval.ms", values.parse_positive)
+        if window < interval:
+            entry = self.entry("audit.window.ms") or self.entry("canary.interval.ms")
+            raise self.loader.error(entry, "audit.window.ms", (
+                f"is {window} ms for {self.source}->{self.target}, shorter than "
+                f"canary.interval.ms ({interval} ms): a window must span at least one canary "
+                "interval"))
+        return AuditSettings(enabled=self.flag("audit.enabled"), window_ms=window,
+                             grace_ms=self.get("audit.grace.ms", values.parse_non_negative))
 
     def _check_enabled(self, flow: FlowSettings) -> None:
         """Rules MM2 applies when it validates the connectors of an enabled flow."""
