@@ -1,0 +1,270 @@
+"""Pure logic of the heartbeat service: MM2 heartbeat bytes, topology paths, canary
+accounting, the audit checksum, window completion and verdicts."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from mirrorline.core import audit
+from mirrorline.core.audit import Side, Verdict
+from mirrorline.core.canary import CanaryRecord, FlowCanary, Health, percentile
+from mirrorline.core.errors import WireFormatError
+from mirrorline.core.filters import TopicFilter, should_replicate_topic
+from mirrorline.core.policy import DefaultReplicationPolicy, IdentityReplicationPolicy
+from mirrorline.core.topology import heartbeat_paths
+from mirrorline.core.wire import Heartbeat
+
+# --- heartbeats (spec §2.2 worked example) ---------------------------------------------------
+
+KEY_HEX = "0007" + "primary".encode().hex() + "0006" + "backup".encode().hex()
+VALUE_HEX = "0000" + "0000018bcfe56800"
+
+
+def test_heartbeat_encodes_to_the_spec_bytes() -> None:
+    beat = Heartbeat("primary", "backup", 1_700_000_000_000)
+    assert beat.encode_key().hex() == KEY_HEX
+    assert beat.encode_value().hex() == VALUE_HEX
+    assert len(beat.encode_key()) == 17 and len(beat.encode_value()) == 10
+
+
+def test_heartbeat_decodes_the_spec_bytes() -> None:
+    beat = Heartbeat.decode(bytes.fromhex(KEY_HEX), bytes.fromhex(VALUE_HEX))
+    assert beat == Heartbeat("primary", "backup", 1_700_000_000_000)
+
+
+def test_truncated_heartbeat_is_an_error() -> None:
+    with pytest.raises(WireFormatError):
+        Heartbeat.decode(bytes.fromhex(KEY_HEX), bytes.fromhex(VALUE_HEX)[:6])
+
+
+# --- topology ---------------------------------------------------------------------------------
+
+POLICY = DefaultReplicationPolicy()
+NOW = 1_000_000
+
+
+def test_paths_give_route_and_hops_multi_hop() -> None:
+    newest = {"heartbeats": NOW, "B.heartbeats": NOW - 100, "B.A.heartbeats": NOW - 300,
+              "orders": None}
+    paths = {p.topic: p for p in heartbeat_paths(POLICY, "C", newest, now_ms=NOW,
+                                                  stale_after_ms=5000)}
+    assert set(paths) == {"B.heartbeats", "B.A.heartbeats"}
+    two = paths["B.A.heartbeats"]
+    assert (two.origin, two.route, two.hops, two.age_ms, two.stale) == ("A", ("A", "B"), 2,
+                                                                       300, False)
+    assert (paths["B.heartbeats"].origin, paths["B.heartbeats"].hops) == ("B", 1)
+
+
+def test_cycles_are_excluded() -> None:
+    newest = {"B.C.heartbeats": NOW, "A.B.A.heartbeats": NOW, "B.heartbeats": NOW}
+    paths = heartbeat_paths(POLICY, "C", newest, now_ms=NOW, stale_after_ms=5000)
+    assert [p.topic for p in paths] == ["B.heartbeats"]
+
+
+def test_old_or_missing_heartbeats_are_stale_with_a_reason() -> None:
+    newest = {"A.heartbeats": NOW - 9000, "B.heartbeats": None}
+    paths = {p.topic: p for p in heartbeat_paths(POLICY, "C", newest, now_ms=NOW,
+                                                  stale_after_ms=5000)}
+    assert paths["A.heartbeats"].stale and "9000 ms old" in paths["A.heartbeats"].reason
+    assert paths["B.heartbeats"].stale and "no heartbeat" in paths["B.heartbeats"].reason
+
+
+# --- canary topic naming ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("policy", [DefaultReplicationPolicy(),
+                                    IdentityReplicationPolicy(source_cluster_alias="a")])
+def test_canary_is_renamed_and_mirrored_whatever_topics_says(policy: object) -> None:
+    assert isinstance(policy, DefaultReplicationPolicy)
+    remote = policy.format_remote_topic("a", policy.canary_topic())
+    assert remote == "a.mirrorline-canary" and policy.is_canary_topic(remote)
+    assert should_replicate_topic("mirrorline-canary", policy=policy,
+                                  topic_filter=TopicFilter(("orders",)), target_alias="b",
+                                  heartbeats_replication_enabled=False)
+
+
+# --- canary accounting ------------------------------------------------------------------------
+
+
+def canary(seq: int, sent: int, partition: int = 0, session: int = 7) -> CanaryRecord:
+    return CanaryRecord(session, partition, seq, sent)
+
+
+def test_canary_record_round_trip_and_bad_bytes() -> None:
+    record = canary(5, 1234, partition=3)
+    assert CanaryRecord.decode(record.encode()) == record
+    with pytest.raises(WireFormatError):
+        CanaryRecord.decode(b"\x00\x01")
+    with pytest.raises(WireFormatError):
+        CanaryRecord.decode(b"\x00\x09" + record.encode()[2:])
+
+
+def test_percentiles_nearest_rank() -> None:
+    values = list(range(1, 101))
+    assert (percentile(values, 50), percentile(values, 99), percentile([], 50)) == (50, 99,
+                                                                                  None)
+
+
+def test_canary_latency_gap_and_repeat() -> None:
+    flow = FlowCanary(slo_ms=100, window_ms=10_000)
+    for seq in range(1, 6):
+        flow.sent(canary(seq, 1000 + seq))
+    assert flow.arrived(canary(1, 1001), 1021) is None
+    assert flow.arrived(canary(2, 1002), 1032) is None
+    gap = flow.arrived(canary(5, 1005), 1045)
+    assert gap is not None and "2 canaries" in gap
+    repeat = flow.arrived(canary(2, 1002), 1050)
+    assert repeat is not None and "repeated" in repeat
+    status = flow.status(1060)
+    assert (status.lost, status.duplicated, status.samples) == (2, 1, 3)
+    assert (status.p50_ms, status.max_ms) == (30, 40)
+    assert status.health is Health.DEGRADED and "lost" in status.reason
+
+
+def test_canary_ok_then_violated_when_nothing_arrives() -> None:
+    flow = FlowCanary(slo_ms=100, window_ms=10_000)
+    assert flow.status(0).health is Health.UNKNOWN
+    flow.sent(canary(1, 1000))
+    flow.arrived(canary(1, 1000), 1010)
+    assert flow.status(1020).health is Health.OK
+    flow.sent(canary(2, 1100))
+    assert flow.status(1150).health is Health.OK  # in flight, within the SLO
+    late = flow.status(1250)
+    assert late.health is Health.VIOLATED and "has not arrived" in late.reason
+
+
+def test_canary_slow_median_violates_and_slow_tail_degrades() -> None:
+    flow = FlowCanary(slo_ms=100, window_ms=10_000)
+    for seq in range(1, 101):
+        flow.sent(canary(seq, seq * 10))
+        flow.arrived(canary(seq, seq * 10), seq * 10 + (500 if seq > 98 else 5))
+    assert flow.status(2000).health is Health.DEGRADED
+    slow = FlowCanary(slo_ms=100, window_ms=10_000)
+    for seq in range(1, 11):
+        slow.sent(canary(seq, seq))
+        slow.arrived(canary(seq, seq), seq + 200)
+    assert slow.status(300).health is Health.VIOLATED
+
+
+def test_new_session_is_neither_gap_nor_repeat() -> None:
+    flow = FlowCanary(slo_ms=100, window_ms=10_000)
+    flow.arrived(canary(9, 10, session=1), 20)
+    assert flow.arrived(canary(1, 30, session=2), 40) is None
+    assert flow.status(50).lost == 0 and flow.status(50).duplicated == 0
+
+
+def test_unreachable_is_never_ok() -> None:
+    flow = FlowCanary(slo_ms=100, window_ms=10_000)
+    flow.sent(canary(1, 1000))
+    flow.arrived(canary(1, 1000), 1010)
+    flow.unreachable = "target cluster 'b' unreachable: timeout"
+    status = flow.status(1020)
+    assert status.health is Health.UNKNOWN and "unreachable" in status.reason
+
+
+# --- audit checksum ---------------------------------------------------------------------------
+
+RECORDS = [
+    (b"k1", b"v1", [("h", b"x")], 1000),
+    (None, b"v2", [], 1001),
+    (b"k3", None, [("a", b"1"), ("a", b"2")], 1002),
+    (b"", b"", [("e", None)], 1003),
+]
+
+
+def digests(records: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]],
+                                int]]) -> list[int]:
+    return [audit.record_digest(*r) for r in records]
+
+
+def test_checksum_is_order_independent() -> None:
+    expected = audit.checksum(digests(RECORDS))
+    for order in itertools.permutations(RECORDS):
+        assert audit.checksum(digests(list(order))) == expected
+
+
+@pytest.mark.parametrize("change", [
+    lambda r: (r[0] + b"!", r[1], r[2], r[3]),
+    lambda r: (r[0], r[1] + b"!", r[2], r[3]),
+    lambda r: (r[0], r[1], [("h", b"y")], r[3]),
+    lambda r: (r[0], r[1], [("H", b"x")], r[3]),
+    lambda r: (r[0], r[1], [("h", b"x"), ("h", b"x")], r[3]),
+    lambda r: (r[0], r[1], [], r[3]),
+    lambda r: (r[0], r[1], r[2], r[3] + 1),
+    lambda r: (None, r[1], r[2], r[3]),
+    lambda r: (r[0], None, r[2], r[3]),
+], ids=["key", "value", "header-value", "header-name", "header-added", "header-removed",
+        "timestamp", "key-null", "value-null"])
+def test_checksum_sees_any_changed_part(change: object) -> None:
+    assert callable(change)
+    changed = [change(RECORDS[0]), *RECORDS[1:]]
+    assert audit.checksum(digests(changed)) != audit.checksum(digests(RECORDS))
+
+
+def test_every_byte_of_key_and_value_counts() -> None:
+    base = audit.record_digest(b"abcdef", b"123456", [("h", b"zz")], 5)
+    for i in range(6):
+        key = bytearray(b"abcdef")
+        key[i] ^= 1
+        value = bytearray(b"123456")
+        value[i] ^= 1
+        assert audit.record_digest(bytes(key), b"123456", [("h", b"zz")], 5) != base
+        assert audit.record_digest(b"abcdef", bytes(value), [("h", b"zz")], 5) != base
+    assert audit.record_digest(b"abc", b"def123456", [("h", b"zz")], 5) != base
+
+
+# --- windows and verdicts ---------------------------------------------------------------------
+
+W = 1000
+
+
+def side(records: list[tuple[int, int]], caught: int, judged: int = 0) -> dict[str, object]:
+    state = Side.new(0, judged)
+    deltas: dict[str, list[int]] = {}
+    for ts, digest in records:
+        audit.accumulate(deltas, ts, digest, W)
+    Side.fold(state, deltas, len(records), caught)
+    return state
+
+
+def test_windows_close_only_when_both_sides_are_complete() -> None:
+    source = side([(100, 1), (1500, 2)], caught=2600)
+    target = side([(100, 1)], caught=2000)
+    assert audit.closable(source, target, window_ms=W, grace_ms=500) == [0]
+    target["caught"] = 2500
+    assert audit.closable(source, target, window_ms=W, grace_ms=500) == [0, 1000]
+
+
+def test_verdicts() -> None:
+    assert audit.judge((3, 9), (3, 9)).verdict is Verdict.OK
+    corrupted = audit.judge((3, 9), (3, 8))
+    assert corrupted.verdict is Verdict.CORRUPTED and corrupted.count == 0
+    missing = audit.judge((5, 9), (3, 6))
+    assert (missing.verdict, missing.count, str(missing)) == (Verdict.MISSING, 2, "MISSING 2")
+    dup = audit.judge((3, 9), (4, 12))
+    assert (dup.verdict, dup.count) == (Verdict.DUPLICATED, 1)
+    assert audit.judge((0, 0), (2, 5), source_truncated=True).verdict is Verdict.UNVERIFIABLE
+
+
+def test_close_judges_once_and_late_records_are_counted_not_rejudged() -> None:
+    source = side([(100, 1), (200, 2)], caught=5000)
+    target = side([(100, 1), (200, 2), (200, 2)], caught=5000)
+    [start] = audit.closable(source, target, window_ms=W, grace_ms=0)
+    verdict = audit.close(source, target, start, W)
+    assert (verdict.verdict, verdict.count) == (Verdict.DUPLICATED, 1)
+    assert audit.closable(source, target, window_ms=W, grace_ms=0) == []
+    Side.fold(target, {"0": [1, 3]}, 4, 5100)
+    assert target["late"] == 1 and audit.closable(source, target, window_ms=W,
+                                                  grace_ms=0) == []
+
+
+def test_truncated_source_window_is_unverifiable() -> None:
+    source = side([(2500, 7)], caught=5000)
+    source["truncated"] = 2500
+    target = side([(100, 1), (2500, 7)], caught=5000)
+    verdicts = {s: audit.close(source, target, s, W)
+                for s in audit.closable(source, target, window_ms=W, grace_ms=0)}
+    assert verdicts[0].verdict is Verdict.UNVERIFIABLE
+    assert verdicts[2000].verdict is Verdict.OK
