@@ -15,11 +15,11 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-import grpc
 from opentelemetry.metrics import CallbackOptions, Observation
 
 from mirrorline.checkpointer.api import CheckpointerServicer
 from mirrorline.checkpointer.flow import FlowCheckpointer
+from mirrorline.controlplane.announce import announce_forever
 from mirrorline.controlplane.home import control_topics, home_clients, home_cluster
 from mirrorline.controlplane.log import ControlLog
 from mirrorline.core.backoff import Backoff
@@ -30,11 +30,9 @@ from mirrorline.grpcserver import ServiceServer
 from mirrorline.kafka.admin import ClusterAdmin
 from mirrorline.kafka.clients import admin_kwargs, build, consumer_kwargs, producer_kwargs
 from mirrorline.telemetry import Telemetry, setup_telemetry
-from mirrorline.v1 import coordinator_pb2, coordinator_pb2_grpc, failover_pb2, failover_pb2_grpc
+from mirrorline.v1 import failover_pb2, failover_pb2_grpc
 
 log = logging.getLogger(__name__)
-
-ANNOUNCE_S = 3.0
 
 
 class FlowRunner:
@@ -173,7 +171,8 @@ class CheckpointerService:
             await self._control.start()
             self._control.listen(lambda *_: self._changed.set())
             self._tasks.append(asyncio.create_task(self._follow(), name="follow control log"))
-            self._tasks.append(asyncio.create_task(self._announce(address), name="announce"))
+            self._tasks.append(asyncio.create_task(announce_forever(
+                self._control, "checkpointer", self.instance_id, address), name="announce"))
         else:
             for flow in self.settings.enabled_flows(self._targets):
                 self._add(flow.name, None, flow)
@@ -219,26 +218,6 @@ class CheckpointerService:
                     log.error("flow %s cannot be checkpointed here: %s", name, exc)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), 5.0)
-
-    async def _announce(self, address: str) -> None:
-        """Tell the leading controller where to forward offset and failover requests."""
-        assert self._control is not None
-        channel: grpc.aio.Channel | None = None
-        target: str | None = None
-        while True:
-            leader = self._control.state.leader_address
-            if leader:
-                if leader != target:
-                    if channel is not None:
-                        await channel.close()
-                    channel, target = grpc.aio.insecure_channel(leader), leader
-                assert channel is not None
-                with contextlib.suppress(grpc.aio.AioRpcError):
-                    await coordinator_pb2_grpc.CoordinatorStub(channel).Announce(
-                        coordinator_pb2.ServiceAnnouncement(
-                            service="checkpointer", instance_id=self.instance_id,
-                            address=address), timeout=2)
-            await asyncio.sleep(ANNOUNCE_S)
 
     async def _health(self) -> None:
         while True:

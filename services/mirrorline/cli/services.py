@@ -1,4 +1,4 @@
-"""`mirrorline replicator|controller|checkpointer|run`: starting services from an MM2
+"""`mirrorline replicator|controller|checkpointer|heartbeat|run`: starting services from an MM2
 properties file."""
 
 from __future__ import annotations
@@ -74,6 +74,18 @@ def register(subparsers: Any) -> None:
     _ports(chk, "checkpointer")
     chk.set_defaults(handler=_checkpointer)
 
+    hb = subparsers.add_parser("heartbeat",
+                               help="run the heartbeat service (MM2 heartbeats, topology, "
+                                    "canary, audit)")
+    _common(hb)
+    hb.add_argument("--managed", action="store_true",
+                    help="announce to the controller, which forwards the topology, canary "
+                         "and audit requests of the Admin API here")
+    hb.add_argument("--instance-id", default="heartbeat",
+                    help="name of this heartbeat service (default %(default)s)")
+    _ports(hb, "heartbeat")
+    hb.set_defaults(handler=_heartbeat)
+
     run = subparsers.add_parser("run", help="start this deployment's services as processes")
     _common(run)
     run.add_argument("--workers", type=int, default=2, metavar="N",
@@ -147,6 +159,23 @@ def _checkpointer(args: argparse.Namespace) -> int:
         managed=args.managed, advertise=args.advertise))
 
 
+def _heartbeat(args: argparse.Namespace) -> int:
+    configure_logging("heartbeat", args.log_level)
+    for noisy in ("faust", "mode"):
+        logging.getLogger(noisy).setLevel(max(logging.WARNING,
+                                              logging.getLevelName(args.log_level.upper())))
+    settings = load_settings(args.config)
+    if settings is None:
+        return 2
+    from mirrorline.heartbeat.service import HeartbeatService
+
+    return _serve(lambda: HeartbeatService(
+        settings, instance_id=args.instance_id, targets=args.clusters,
+        grpc_host=args.bind, grpc_port=args.grpc_port, metrics_host=args.bind,
+        metrics_port=None if args.metrics_port < 0 else args.metrics_port,
+        managed=args.managed, advertise=args.advertise))
+
+
 def _run(args: argparse.Namespace) -> int:
     configure_logging("run", args.log_level)
     settings = load_settings(args.config)
@@ -178,4 +207,7 @@ def _run(args: argparse.Namespace) -> int:
     children.append(ChildSpec("checkpointer", ("checkpointer", "--managed", *common,
                                                 *ports("checkpointer"),
                                                 "--instance-id", "checkpointer-0")))
+    children.append(ChildSpec("heartbeat", ("heartbeat", "--managed", *common,
+                                             *ports("heartbeat"),
+                                             "--instance-id", "heartbeat-0")))
     return asyncio.run(Supervisor(children).run())

@@ -39,6 +39,7 @@ from mirrorline.v1 import (
     failover_pb2,
     failover_pb2_grpc,
     flows_pb2,
+    heartbeat_pb2,
 )
 
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -298,6 +299,38 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
             result.created = True
         result.warnings.extend(failback.warnings)
         return result
+
+    # -- heartbeats, canary, audit (served by the heartbeat service) --------------------
+    async def Topology(self, request: heartbeat_pb2.TopologyRequest,
+                       context: Context) -> heartbeat_pb2.TopologyReport:
+        await self._c.require_leader(context)
+        reply: heartbeat_pb2.TopologyReport = await self._forward(
+            context, (await self._heartbeat(context)).Topology, request, 30)
+        return reply
+
+    async def Canary(self, request: heartbeat_pb2.CanaryRequest,
+                     context: Context) -> heartbeat_pb2.CanaryReport:
+        await self._c.require_leader(context)
+        reply: heartbeat_pb2.CanaryReport = await self._forward(
+            context, (await self._heartbeat(context)).Canary, request, 30)
+        return reply
+
+    async def Audit(self, request: heartbeat_pb2.AuditRequest,
+                    context: Context) -> heartbeat_pb2.AuditReport:
+        await self._c.require_leader(context)
+        await self._existing(request.flow, context)
+        reply: heartbeat_pb2.AuditReport = await self._forward(
+            context, (await self._heartbeat(context)).Audit, request, 30)
+        return reply
+
+    async def _heartbeat(self, context: Context) -> admin_pb2_grpc.AdminStub:
+        address = self._c.registry.service_address("heartbeat")
+        if address is None:
+            await context.abort(grpc.StatusCode.UNAVAILABLE,
+                                "no heartbeat service has announced itself to this "
+                                "controller; is `mirrorline heartbeat --managed` running?")
+        assert address is not None
+        return admin_pb2_grpc.AdminStub(self._c.registry.channel(address))
 
     async def _checkpointer(self, context: Context) -> failover_pb2_grpc.CheckpointerStub:
         address = self._c.registry.service_address("checkpointer")

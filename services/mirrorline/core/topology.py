@@ -22,8 +22,8 @@ from mirrorline.core.policy import ReplicationPolicy
 __all__ = [
     "HeartbeatPath",
     "checkpoint_topics",
-    "heartbeat_paths",
     "count_hops",
+    "heartbeat_paths",
     "heartbeat_topics",
     "remote_topics",
     "replication_hops",

@@ -5,6 +5,7 @@ import warnings
 
 from mirrorline.v1 import admin_pb2 as mirrorline_dot_v1_dot_admin__pb2
 from mirrorline.v1 import failover_pb2 as mirrorline_dot_v1_dot_failover__pb2
+from mirrorline.v1 import heartbeat_pb2 as mirrorline_dot_v1_dot_heartbeat__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -120,6 +121,21 @@ class AdminStub:
                 request_serializer=mirrorline_dot_v1_dot_failover__pb2.ExecuteFailbackRequest.SerializeToString,
                 response_deserializer=mirrorline_dot_v1_dot_failover__pb2.FailbackResult.FromString,
                 _registered_method=True)
+        self.Topology = channel.unary_unary(
+                '/mirrorline.v1.Admin/Topology',
+                request_serializer=mirrorline_dot_v1_dot_heartbeat__pb2.TopologyRequest.SerializeToString,
+                response_deserializer=mirrorline_dot_v1_dot_heartbeat__pb2.TopologyReport.FromString,
+                _registered_method=True)
+        self.Canary = channel.unary_unary(
+                '/mirrorline.v1.Admin/Canary',
+                request_serializer=mirrorline_dot_v1_dot_heartbeat__pb2.CanaryRequest.SerializeToString,
+                response_deserializer=mirrorline_dot_v1_dot_heartbeat__pb2.CanaryReport.FromString,
+                _registered_method=True)
+        self.Audit = channel.unary_unary(
+                '/mirrorline.v1.Admin/Audit',
+                request_serializer=mirrorline_dot_v1_dot_heartbeat__pb2.AuditRequest.SerializeToString,
+                response_deserializer=mirrorline_dot_v1_dot_heartbeat__pb2.AuditReport.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -233,6 +249,25 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Topology(self, request, context):
+        """Heartbeats, canary and audit: served by the heartbeat service (the controller forwards).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Canary(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Audit(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -320,6 +355,21 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.ExecuteFailback,
                     request_deserializer=mirrorline_dot_v1_dot_failover__pb2.ExecuteFailbackRequest.FromString,
                     response_serializer=mirrorline_dot_v1_dot_failover__pb2.FailbackResult.SerializeToString,
+            ),
+            'Topology': grpc.unary_unary_rpc_method_handler(
+                    servicer.Topology,
+                    request_deserializer=mirrorline_dot_v1_dot_heartbeat__pb2.TopologyRequest.FromString,
+                    response_serializer=mirrorline_dot_v1_dot_heartbeat__pb2.TopologyReport.SerializeToString,
+            ),
+            'Canary': grpc.unary_unary_rpc_method_handler(
+                    servicer.Canary,
+                    request_deserializer=mirrorline_dot_v1_dot_heartbeat__pb2.CanaryRequest.FromString,
+                    response_serializer=mirrorline_dot_v1_dot_heartbeat__pb2.CanaryReport.SerializeToString,
+            ),
+            'Audit': grpc.unary_unary_rpc_method_handler(
+                    servicer.Audit,
+                    request_deserializer=mirrorline_dot_v1_dot_heartbeat__pb2.AuditRequest.FromString,
+                    response_serializer=mirrorline_dot_v1_dot_heartbeat__pb2.AuditReport.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -781,6 +831,87 @@ class Admin:
             '/mirrorline.v1.Admin/ExecuteFailback',
             mirrorline_dot_v1_dot_failover__pb2.ExecuteFailbackRequest.SerializeToString,
             mirrorline_dot_v1_dot_failover__pb2.FailbackResult.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Topology(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mirrorline.v1.Admin/Topology',
+            mirrorline_dot_v1_dot_heartbeat__pb2.TopologyRequest.SerializeToString,
+            mirrorline_dot_v1_dot_heartbeat__pb2.TopologyReport.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Canary(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mirrorline.v1.Admin/Canary',
+            mirrorline_dot_v1_dot_heartbeat__pb2.CanaryRequest.SerializeToString,
+            mirrorline_dot_v1_dot_heartbeat__pb2.CanaryReport.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Audit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mirrorline.v1.Admin/Audit',
+            mirrorline_dot_v1_dot_heartbeat__pb2.AuditRequest.SerializeToString,
+            mirrorline_dot_v1_dot_heartbeat__pb2.AuditReport.FromString,
             options,
             channel_credentials,
             insecure,

@@ -11,6 +11,7 @@ from collections import abc as _abc
 from grpc import aio as _aio
 from mirrorline.v1 import admin_pb2 as _admin_pb2
 from mirrorline.v1 import failover_pb2 as _failover_pb2
+from mirrorline.v1 import heartbeat_pb2 as _heartbeat_pb2
 import abc as _abc_1
 import grpc as _grpc
 import sys
@@ -59,6 +60,10 @@ class AdminStub:
     FailoverToTime: _grpc.UnaryUnaryMultiCallable[_failover_pb2.FailoverToTimeRequest, _failover_pb2.FailoverResult]
     PlanFailback: _grpc.UnaryUnaryMultiCallable[_failover_pb2.PlanFailbackRequest, _failover_pb2.FailbackPlan]
     ExecuteFailback: _grpc.UnaryUnaryMultiCallable[_failover_pb2.ExecuteFailbackRequest, _failover_pb2.FailbackResult]
+    Topology: _grpc.UnaryUnaryMultiCallable[_heartbeat_pb2.TopologyRequest, _heartbeat_pb2.TopologyReport]
+    """Heartbeats, canary and audit: served by the heartbeat service (the controller forwards)."""
+    Canary: _grpc.UnaryUnaryMultiCallable[_heartbeat_pb2.CanaryRequest, _heartbeat_pb2.CanaryReport]
+    Audit: _grpc.UnaryUnaryMultiCallable[_heartbeat_pb2.AuditRequest, _heartbeat_pb2.AuditReport]
 
 @_typing.type_check_only
 class AdminAsyncStub(AdminStub):
@@ -86,6 +91,10 @@ class AdminAsyncStub(AdminStub):
     FailoverToTime: _aio.UnaryUnaryMultiCallable[_failover_pb2.FailoverToTimeRequest, _failover_pb2.FailoverResult]  # type: ignore[assignment]
     PlanFailback: _aio.UnaryUnaryMultiCallable[_failover_pb2.PlanFailbackRequest, _failover_pb2.FailbackPlan]  # type: ignore[assignment]
     ExecuteFailback: _aio.UnaryUnaryMultiCallable[_failover_pb2.ExecuteFailbackRequest, _failover_pb2.FailbackResult]  # type: ignore[assignment]
+    Topology: _aio.UnaryUnaryMultiCallable[_heartbeat_pb2.TopologyRequest, _heartbeat_pb2.TopologyReport]  # type: ignore[assignment]
+    """Heartbeats, canary and audit: served by the heartbeat service (the controller forwards)."""
+    Canary: _aio.UnaryUnaryMultiCallable[_heartbeat_pb2.CanaryRequest, _heartbeat_pb2.CanaryReport]  # type: ignore[assignment]
+    Audit: _aio.UnaryUnaryMultiCallable[_heartbeat_pb2.AuditRequest, _heartbeat_pb2.AuditReport]  # type: ignore[assignment]
 
 class AdminServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -212,5 +221,27 @@ class AdminServicer(metaclass=_abc_1.ABCMeta):
         request: _failover_pb2.ExecuteFailbackRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_failover_pb2.FailbackResult, _abc.Awaitable[_failover_pb2.FailbackResult]]: ...
+
+    @_abc_1.abstractmethod
+    def Topology(
+        self,
+        request: _heartbeat_pb2.TopologyRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_heartbeat_pb2.TopologyReport, _abc.Awaitable[_heartbeat_pb2.TopologyReport]]:
+        """Heartbeats, canary and audit: served by the heartbeat service (the controller forwards)."""
+
+    @_abc_1.abstractmethod
+    def Canary(
+        self,
+        request: _heartbeat_pb2.CanaryRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_heartbeat_pb2.CanaryReport, _abc.Awaitable[_heartbeat_pb2.CanaryReport]]: ...
+
+    @_abc_1.abstractmethod
+    def Audit(
+        self,
+        request: _heartbeat_pb2.AuditRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_heartbeat_pb2.AuditReport, _abc.Awaitable[_heartbeat_pb2.AuditReport]]: ...
 
 def add_AdminServicer_to_server(servicer: AdminServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
