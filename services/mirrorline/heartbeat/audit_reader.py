@@ -8,9 +8,9 @@ the table's position for that partition; the reader then waits until the table s
 the event applied, and re-reads from the table's position if it does not.
 
 A side reports itself *caught up* (with the wall-clock time) for every partition whose
-position reached the high watermark of the latest fetch; a partition whose remote topic
-does not exist on the target yet counts as caught up with nothing in it (records missing
-there are exactly what the audit must report).
+position reached the high watermark of the latest fetch. A partition whose remote topic
+does not exist on the target (yet) is never caught up: its windows wait, unjudged, rather
+than being called MISSING while the replicator may still be creating the topic.
 """
 
 from __future__ import annotations
@@ -149,7 +149,9 @@ class AuditReader:
             deltas: dict[TopicPartition, dict[str, list[int]]] = {}
             truncated: dict[TopicPartition, int] = {}
             deadline = loop.time() + FLUSH_S
-            while loop.time() < deadline:
+            if not part_of:  # nothing to read (yet): a fetch would wait for an assignment
+                await asyncio.sleep(FLUSH_S)
+            while part_of and loop.time() < deadline:
                 batches = await consumer.getmany(timeout_ms=100, max_records=20000)
                 for tp, records in batches.items():
                     d = deltas.setdefault(tp, {})
@@ -194,13 +196,6 @@ class AuditReader:
                 continue
             parts[part] = {"from": start, "to": position, "d": deltas.get(tp, {}),
                            "caught": caught, "truncated": truncated.get(tp, -1)}
-        # Partitions the target does not have (yet): complete, and empty.
-        if self.side == "target":
-            for topic, count in self.topics.partitions.items():
-                for p in range(readable.get(topic, 0), count):
-                    part = f"{topic}|{p}"
-                    start = self.app.position(self.flow.name, self.side, part) or 0
-                    parts[part] = {"from": start, "to": start, "d": {}, "caught": now}
         if not parts:
             return
         await self.app.send({"kind": "fold", "flow": self.flow.name, "side": self.side,
