@@ -33,6 +33,7 @@ import pytest
 from helpers import Record, consume_all, create_topic, produce, wait_for
 from procs import ServiceProcess, free_port, mm2_config
 
+from mirrorline.client import heartbeat_paths
 from mirrorline.dev.brokers import LocalBroker, start_broker, stop_broker_async
 from mirrorline.v1 import admin_pb2_grpc, heartbeat_pb2
 
@@ -133,6 +134,14 @@ async def chain(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Chain
 
 
 async def test_topology_shows_alpha_two_hops_up_from_charlie(chain: Chain) -> None:
+    # Someone else's record in a heartbeat topic and in the remote canary: reported once
+    # (topic, partition, offset) and skipped.
+    [garbage] = await produce(chain.bootstrap("alpha"), "heartbeats",
+                              [Record(b"\x01", key=b"not a heartbeat", partition=0)])
+    await consume_all(chain.bootstrap("bravo"), "alpha.mirrorline-canary", expected=1)
+    [bad_canary] = await produce(chain.bootstrap("bravo"), "alpha.mirrorline-canary",
+                                 [Record(b"junk", partition=0)])
+
     async def two_hops() -> bool:
         view = await chain.topology("charlie")
         return any(list(p.route) == ["alpha", "bravo"] and not p.stale for p in view.paths)
@@ -147,6 +156,23 @@ async def test_topology_shows_alpha_two_hops_up_from_charlie(chain: Chain) -> No
     assert shown.returncode == 0, shown.stderr
     line = next(ln for ln in shown.stdout.splitlines() if "alpha -> bravo -> charlie" in ln)
     assert line.split()[1:3] == ["alpha", "2"] and line.rstrip().endswith("ok")
+
+    # mirrorline.client gives the same reading, straight from the cluster.
+    paths = await heartbeat_paths({"bootstrap.servers": chain.bootstrap("charlie")},
+                                  "charlie")
+    assert {(p.origin, p.hops, p.stale) for p in paths} == {("alpha", 2, False),
+                                                             ("bravo", 1, False)}
+
+    async def reported() -> bool:
+        log = chain.heartbeat.log_tail(10_000)
+        return (f"topic alpha.heartbeats partition 0 offset {garbage.offset}" in log
+                and f"topic alpha.mirrorline-canary partition 0 offset {bad_canary.offset}"
+                in log)
+
+    await wait_for(reported, 30, "malformed records were not reported")
+    log = chain.heartbeat.log_tail(10_000)
+    assert log.count(f"topic alpha.heartbeats partition 0 offset {garbage.offset}:") == 1
+    assert log.count(f"alpha.mirrorline-canary partition 0 offset {bad_canary.offset}:") == 1
 
 
 async def test_canary_within_the_slo_while_mirroring(chain: Chain) -> None:

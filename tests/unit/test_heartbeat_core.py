@@ -268,3 +268,20 @@ def test_truncated_source_window_is_unverifiable() -> None:
                 for s in audit.closable(source, target, window_ms=W, grace_ms=0)}
     assert verdicts[0].verdict is Verdict.UNVERIFIABLE
     assert verdicts[2000].verdict is Verdict.OK
+
+
+# --- trace links from record headers ------------------------------------------------------
+
+
+def test_trace_contexts_from_traceparent_headers() -> None:
+    from mirrorline.telemetry.links import trace_contexts
+
+    one = b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    two = b"00-0af7651916cd43dd8448eb211c80319c-00f067aa0ba902b7-00"
+    found = trace_contexts([[("traceparent", one)], [], [("x", b"y"), ("traceparent", two)],
+                            [("traceparent", one)], [("traceparent", b"garbage")],
+                            [("traceparent", None)]])
+    assert [(c.trace_id, c.span_id) for c in found] == [
+        (0x0AF7651916CD43DD8448EB211C80319C, 0xB7AD6B7169203331),
+        (0x0AF7651916CD43DD8448EB211C80319C, 0x00F067AA0BA902B7)]
+    assert len(trace_contexts([[("traceparent", one)], [("traceparent", two)]], limit=1)) == 1

@@ -36,6 +36,7 @@ from mirrorline.replicator.discovery import DiscoveryResult, RemoteTopic, TopicD
 from mirrorline.replicator.metrics import PartitionMetrics, ReplicationMetrics
 from mirrorline.replicator.progress import ProgressStore
 from mirrorline.replicator.pump import Delivered, PartitionPump, PumpState
+from mirrorline.telemetry.links import link_records
 from mirrorline.v1 import flows_pb2
 
 log = logging.getLogger(__name__)
@@ -397,6 +398,7 @@ class FlowReplicator:
             "messaging.destination.partition.id": str(pump.partition),
             "messaging.batch.message_count": len(records),
             "mirrorline.source.offset": records[0].offset, "mirrorline.target.offset": base})
+        link_records(span, records)
         span.end()
 
     def _lag(self, tp: TopicPartition, pump: PartitionPump) -> int | None:
