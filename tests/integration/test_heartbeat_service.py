@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 from helpers import Record, consume_all, create_topic, produce, wait_for
-from procs import ServiceProcess, free_port, mm2_config
+from procs import ServiceProcess, deployment, deployment_config, free_port, mm2_config
 
 from mirrorline.client import heartbeat_paths
 from mirrorline.dev.brokers import LocalBroker, start_broker, stop_broker_async
@@ -302,3 +302,41 @@ async def test_bad_keys_exit_2_naming_key_and_line(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "bad.properties:5: canary.latency.slo.ms" in done.stderr
 
+
+
+async def test_controller_forwards_topology_and_shows_audit_totals(chain: Chain,
+                                                                    tmp_path: Path) -> None:
+    """A controller-run deployment (charlie -> alpha) with a managed heartbeat service: the
+    controller's Admin API answers `topology` and `audit` by forwarding, and `status`
+    carries the audit totals per flow."""
+    config = deployment_config({a: chain.brokers[a] for a in ("charlie", "alpha")},
+                               {"charlie->alpha": {"topics": "nothing-here"}},
+                               audit_window_ms="1000", canary_interval_ms="250")
+    async with deployment(config, tmp_path) as d:
+        controller = await d.controller()
+        port = free_port()
+        managed = ServiceProcess(
+            ["heartbeat", "--managed", "--config", str(d.path), "--grpc-port", str(port),
+             "--metrics-port", "-1", "--instance-id", "hb-managed"], grpc_port=port,
+            log_path=tmp_path / "hb-managed.log")
+        await managed.start()
+        try:
+            server = f"127.0.0.1:{controller.grpc_port}"
+
+            async def forwarded() -> bool:
+                done = cli("admin", "--server", server, "topology", "--cluster", "charlie")
+                return done.returncode == 0 and "alpha -> bravo -> charlie" in done.stdout
+
+            await wait_for(forwarded, 60, "the controller never forwarded Topology")
+            audit = cli("admin", "--server", server, "audit", "charlie->alpha")
+            assert audit.returncode == 0, audit.stderr
+            assert "charlie->alpha: windows" in audit.stdout
+
+            async def totals() -> bool:
+                return any(a.flow == "charlie->alpha" for a in (await d.status()).audit)
+
+            await wait_for(totals, 30, "status never carried the audit totals")
+            shown = cli("admin", "--server", server, "status")
+            assert shown.returncode == 0 and "AUDIT WINDOWS" in shown.stdout
+        finally:
+            await managed.close()
