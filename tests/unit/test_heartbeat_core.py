@@ -18,7 +18,7 @@ from mirrorline.core.wire import Heartbeat
 
 # --- heartbeats (spec §2.2 worked example) ---------------------------------------------------
 
-KEY_HEX = "0007" + "primary".encode().hex() + "0006" + "backup".encode().hex()
+KEY_HEX = "0007" "7072696d617279" "0006" "6261636b7570"  # "primary", "backup"
 VALUE_HEX = "0000" + "0000018bcfe56800"
 
 

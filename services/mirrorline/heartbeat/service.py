@@ -24,7 +24,6 @@ from mirrorline.controlplane.home import control_topics, home_clients, home_clus
 from mirrorline.controlplane.log import ControlLog
 from mirrorline.core.backoff import Backoff
 from mirrorline.core.canary import FlowCanary
-from mirrorline.core.errors import ConfigError
 from mirrorline.core.policy import DefaultReplicationPolicy, ReplicationPolicy, make_policy
 from mirrorline.core.settings import FlowSettings, MirrorSettings
 from mirrorline.grpcserver import ServiceServer
@@ -107,9 +106,11 @@ class HeartbeatService:
 
     # -- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
-        if not self.emitters and not self.flows:
-            raise ConfigError(None, "nothing to do: no cluster pair emits heartbeats and no "
-                              "flow is enabled", source=self.settings.source_path)
+        if not self.emitters and not self.canaries and not self.audited:
+            # Not an error: `mirrorline run` starts this service for every deployment, and
+            # one that switched all of it off still gets topology from the heartbeat topics.
+            log.info("heartbeat %s: heartbeats, canary and audit are all off; serving "
+                     "topology only", self.instance_id)
         self.telemetry = setup_telemetry("heartbeat", instance=self.instance_id,
                                          metrics_port=self._metrics[1],
                                          metrics_host=self._metrics[0])
