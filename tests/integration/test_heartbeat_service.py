@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -40,7 +41,7 @@ from mirrorline.v1 import admin_pb2_grpc, heartbeat_pb2
 pytestmark = pytest.mark.integration
 
 WINDOW_MS = 1000
-GRACE_MS = 1500
+GRACE_MS = 5000  # how long the audit waits for the mirror: ample on a loaded machine
 SLO_MS = 5000
 
 
@@ -84,6 +85,15 @@ class Chain:
         report: heartbeat_pb2.AuditReport = await self.stub().Audit(
             heartbeat_pb2.AuditRequest(flow=flow, topic=topic), timeout=10)
         return report
+
+
+def metric(text: str, name: str, **labels: str) -> float | None:
+    """The value of the sample of `name` whose labels include `labels`, from /metrics."""
+    for line in text.splitlines():
+        found = re.fullmatch(rf"{name}\{{(.*)\}} (\S+)", line)
+        if found and all(f'{k}="{v}"' in found.group(1) for k, v in labels.items()):
+            return float(found.group(2))
+    return None
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -184,6 +194,11 @@ async def test_canary_within_the_slo_while_mirroring(chain: Chain) -> None:
     assert 0 <= status.p50_ms <= status.p99_ms <= status.max_ms <= SLO_MS
     assert status.samples > 0 and status.lost == 0 and status.duplicated == 0
     assert status.topic == "alpha.mirrorline-canary"
+    metrics = await chain.heartbeat.scrape()
+    for name in ("canary_latency_ms_p50{", "canary_latency_ms_p99{", "canary_health{",
+                 "heartbeat_age_ms{"):
+        assert name in metrics, name
+    assert metric(metrics, "canary_health", source="alpha", target="bravo") == 1.0  # OK
 
 
 def _verdicts(report: heartbeat_pb2.AuditReport) -> dict[tuple[int, int], str]:
@@ -237,6 +252,9 @@ async def test_audit_ok_while_mirroring_and_faults_with_counts(chain: Chain) -> 
     assert sorted(w["verdict"] for w in windows) == ["CORRUPTED", "DUPLICATED", "MISSING"]
     totals = (await chain.audit("alpha->bravo")).totals
     assert totals.missing_records == 1 and totals.duplicated_records == 2
+    metrics = await chain.heartbeat.scrape()
+    assert metric(metrics, "audit_windows_total", source="alpha", target="bravo",
+                  verdict="CORRUPTED") == 1.0
 
 
 async def test_sigkill_and_restart_resumes_windows_without_loss_or_repeats(chain: Chain

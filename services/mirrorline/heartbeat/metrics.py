@@ -44,8 +44,7 @@ def register_metrics(service: HeartbeatService, meter: Meter) -> None:
         return callback
 
     for pick in ("p50", "p99", "max"):
-        meter.create_observable_gauge(f"canary-latency-ms-{pick}", callbacks=[canary(pick)],
-                                      unit="ms")
+        meter.create_observable_gauge(f"canary-latency-ms-{pick}", callbacks=[canary(pick)])
     meter.create_observable_gauge("canary-health", callbacks=[canary("health")],
                                   description="0 unknown, 1 OK, 2 degraded, 3 violated")
     meter.create_observable_counter("canary-lost", callbacks=[canary("lost")])
@@ -77,4 +76,4 @@ def register_metrics(service: HeartbeatService, meter: Meter) -> None:
                         "hops": str(path.hops), "topic": path.topic}))
         return out
 
-    meter.create_observable_gauge("heartbeat-age-ms", callbacks=[ages], unit="ms")
+    meter.create_observable_gauge("heartbeat-age-ms", callbacks=[ages])
