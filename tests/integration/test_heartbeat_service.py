@@ -358,3 +358,47 @@ async def test_controller_forwards_topology_and_shows_audit_totals(chain: Chain,
             assert shown.returncode == 0 and "AUDIT WINDOWS" in shown.stdout
         finally:
             await managed.close()
+
+
+async def test_unreachable_cluster_is_never_ok_and_sigterm_stops_quickly(
+        chain: Chain, tmp_path: Path) -> None:
+    """A flow into a cluster nobody listens on: its paths and canary are unknown with the
+    reason, the service keeps serving what it can and stops within seconds."""
+    dead = f"127.0.0.1:{free_port()}"
+    config = tmp_path / "dead.properties"
+    config.write_text(mm2_config({"alpha": chain.brokers["alpha"], "nowhere": dead},
+                                 {"alpha->nowhere": {}}, canary_interval_ms="250",
+                                 audit_window_ms="1000"))
+    port = free_port()
+    proc = ServiceProcess(["heartbeat", "--config", str(config), "--grpc-port", str(port),
+                           "--metrics-port", "-1"], grpc_port=port,
+                          log_path=tmp_path / "dead.log")
+    await proc.start()
+    try:
+        stub = admin_pb2_grpc.AdminStub(proc.channel)
+
+        async def known() -> bool:
+            with contextlib.suppress(Exception):
+                report = await stub.Topology(heartbeat_pb2.TopologyRequest(), timeout=5)
+                views = {c.cluster: c for c in report.clusters}
+                return views["alpha"].reachable and not views["nowhere"].reachable
+            return False
+
+        await wait_for(known, 60, "the topology never told the reachable from the dead")
+        report = await stub.Topology(heartbeat_pb2.TopologyRequest(cluster="nowhere"),
+                                     timeout=5)
+        assert "Unable to bootstrap" in report.clusters[0].error
+        canary = (await stub.Canary(heartbeat_pb2.CanaryRequest(flow="alpha->nowhere"),
+                                    timeout=5)).flows[0]
+        assert canary.health == "UNKNOWN" and "'nowhere' unreachable" in canary.reason
+        audit = await stub.Audit(heartbeat_pb2.AuditRequest(flow="alpha->nowhere"), timeout=5)
+        assert "unreachable" in audit.totals.error and not audit.windows
+        started = time.monotonic()
+        await proc.signal(signal.SIGTERM)
+        assert await proc.wait(15) == 0
+        assert time.monotonic() - started < 10
+        log = proc.log_tail(200)
+        assert "Traceback" not in log
+        assert log.count("'nowhere' unreachable for heartbeats") == 1  # said once, not per retry
+    finally:
+        await proc.close()

@@ -176,7 +176,7 @@ class HeartbeatService:
         flows = {n: f for n, f in self.audited.items() if f.target == target}
         app_id = (f"mirrorline-{self.settings.deployment}-heartbeat-{target}"
                   if self.settings.deployment else f"mirrorline-heartbeat-{target}")
-        backoff, attempt = Backoff(maximum=10.0), 0
+        backoff, attempt, said = Backoff(maximum=10.0), 0, ""
         while True:
             app = AuditApp(target, self.settings.clusters[target].bootstrap_servers, flows,
                            app_id=app_id, topics=self.audit_topics,
@@ -198,7 +198,9 @@ class HeartbeatService:
                 reason = f"target cluster {target!r} unreachable for the audit: {exc!r}"
                 for name in flows:
                     self.audit_errors[name] = reason
-                log.warning("%s; retrying", reason)
+                if reason != said:
+                    log.warning("%s; retrying", reason)
+                    said = reason
                 with contextlib.suppress(Exception):
                     await app.stop()
                 await asyncio.sleep(backoff.delay(attempt))

@@ -48,9 +48,9 @@ class NewestHeartbeats:
         self._started = True
 
     async def stop(self) -> None:
-        if self._started:
-            await self._consumer.stop()
-            self._started = False
+        # Also after a failed start: the consumer holds a client that must be closed.
+        await self._consumer.stop()
+        self._started = False
 
     async def all_topics(self) -> list[str]:
         cluster = await self._consumer._client.fetch_all_metadata()
