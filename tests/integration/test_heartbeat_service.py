@@ -251,7 +251,9 @@ async def test_audit_ok_while_mirroring_and_faults_with_counts(chain: Chain) -> 
     windows = json.loads(shown.stdout)["windows"]
     assert sorted(w["verdict"] for w in windows) == ["CORRUPTED", "DUPLICATED", "MISSING"]
     totals = (await chain.audit("alpha->bravo")).totals
-    assert totals.missing_records == 1 and totals.duplicated_records == 2
+    # Duplicates: one in `orders`, one in `payments`, and the junk record the topology
+    # test wrote straight into the remote canary topic.
+    assert totals.missing_records == 1 and totals.duplicated_records == 3
     metrics = await chain.heartbeat.scrape()
     assert metric(metrics, "audit_windows_total", source="alpha", target="bravo",
                   verdict="CORRUPTED") == 1.0
@@ -322,16 +324,20 @@ async def test_bad_keys_exit_2_naming_key_and_line(tmp_path: Path) -> None:
 
 
 
-async def test_controller_forwards_topology_and_shows_audit_totals(chain: Chain,
-                                                                    tmp_path: Path) -> None:
-    """A controller-run deployment (charlie -> alpha) with a managed heartbeat service: the
-    controller's Admin API answers `topology` and `audit` by forwarding, and `status`
-    carries the audit totals per flow."""
+async def test_controller_forwards_and_a_paused_flow_violates_the_canary(
+        chain: Chain, tmp_path: Path) -> None:
+    """A controller-run deployment (charlie -> alpha, one worker) with a managed heartbeat
+    service: the controller's Admin API answers `topology`, `canary` and `audit` by
+    forwarding, `status` carries the audit totals, and pausing the flow turns its canary
+    from OK to VIOLATED."""
     config = deployment_config({a: chain.brokers[a] for a in ("charlie", "alpha")},
                                {"charlie->alpha": {"topics": "nothing-here"}},
-                               audit_window_ms="1000", canary_interval_ms="250")
+                               audit_window_ms="1000", canary_interval_ms="250",
+                               canary_latency_slo_ms=str(SLO_MS),
+                               refresh_topics_interval_seconds="1")
     async with deployment(config, tmp_path) as d:
         controller = await d.controller()
+        await d.worker("w1")
         port = free_port()
         managed = ServiceProcess(
             ["heartbeat", "--managed", "--config", str(d.path), "--grpc-port", str(port),
@@ -356,6 +362,24 @@ async def test_controller_forwards_topology_and_shows_audit_totals(chain: Chain,
             await wait_for(totals, 30, "status never carried the audit totals")
             shown = cli("admin", "--server", server, "status")
             assert shown.returncode == 0 and "AUDIT WINDOWS" in shown.stdout
+
+            def health() -> str:
+                done = cli("admin", "--server", server, "canary", "--flow", "charlie->alpha",
+                           "--output", "json")
+                return str(json.loads(done.stdout)["flows"][0]["health"]) \
+                    if done.returncode == 0 else ""
+
+            async def ok() -> bool:
+                return health() == "OK"
+
+            await wait_for(ok, 90, "the canary of charlie->alpha never reported OK")
+            paused = cli("admin", "--server", server, "flows", "pause", "charlie->alpha")
+            assert paused.returncode == 0, paused.stderr
+
+            async def violated() -> bool:
+                return health() == "VIOLATED"
+
+            await wait_for(violated, 60, "the canary of a paused flow never reported VIOLATED")
         finally:
             await managed.close()
 

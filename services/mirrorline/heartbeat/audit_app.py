@@ -79,8 +79,12 @@ class AuditApp:
 
     def __init__(self, target: str, bootstrap: str, flows: Mapping[str, FlowSettings], *,
                  app_id: str, topics: AuditTopics, admin_kwargs: Mapping[str, Any],
-                 on_verdict: Callable[[str, dict[str, Any]], None]) -> None:
+                 on_verdict: Callable[[str, dict[str, Any]], None],
+                 since_ms: int | None = None) -> None:
         self.target = target
+        #: Audit windows from the first whole one after this time (on the very first start;
+        #: later starts keep the recorded first window).
+        self.since_ms = int(time.time() * 1000) if since_ms is None else since_ms
         self.flows = dict(flows)
         self.topics = topics
         self._admin_kwargs = dict(admin_kwargs)
@@ -123,7 +127,7 @@ class AuditApp:
         self.started = True
         self._ticker = asyncio.create_task(self._tick(), name=f"audit ticks {self.target}")
         for name, flow in self.flows.items():
-            first = audit.window_start(int(time.time() * 1000), flow.audit.window_ms) \
+            first = audit.window_start(self.since_ms, flow.audit.window_ms) \
                 + flow.audit.window_ms
             await self.send({"kind": "init", "flow": name, "start": first})
 

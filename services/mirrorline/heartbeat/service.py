@@ -182,7 +182,7 @@ class HeartbeatService:
                            app_id=app_id, topics=self.audit_topics,
                            admin_kwargs=cluster_kwargs(self.settings, target, "admin",
                                                        f"heartbeat-{target}-audit-admin"),
-                           on_verdict=self._verdict)
+                           on_verdict=self._verdict, since_ms=self.started_ms)
             try:
                 await app.create_topics()
                 self.verdicts.load(self.audit_topics.results, await read_topic(
@@ -266,6 +266,9 @@ class HeartbeatService:
         found += [s.error for s in self.senders.values() if s.error]
         found += [r.error for r in self.canary_readers.values() if r.error]
         found += list(self.audit_errors.values())
+        found += [f"the audit of {t!r} is starting" for t in
+                  {f.target for f in self.audited.values()} - set(self.apps)
+                  if not any(self.audited[n].target == t for n in self.audit_errors)]
         found += [r.error for r in self.audit_readers if r.error]
         return found
 
