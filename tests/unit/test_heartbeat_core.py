@@ -285,3 +285,48 @@ def test_trace_contexts_from_traceparent_headers() -> None:
         (0x0AF7651916CD43DD8448EB211C80319C, 0xB7AD6B7169203331),
         (0x0AF7651916CD43DD8448EB211C80319C, 0x00F067AA0BA902B7)]
     assert len(trace_contexts([[("traceparent", one)], [("traceparent", two)]], limit=1)) == 1
+
+
+# --- the service's pure views ----------------------------------------------------------------
+
+
+def test_verdict_store_dedups_by_key_and_skips_foreign_records() -> None:
+    from dataclasses import dataclass
+
+    from mirrorline.heartbeat.verdicts import VerdictStore, parse_verdict
+
+    good = {"flow": "a->b", "topic": "t", "partition": 0, "window_start_ms": 1000,
+            "window_end_ms": 2000, "verdict": "MISSING", "count": 2, "source_count": 5,
+            "target_count": 3, "reason": "", "judged_ms": 3000}
+
+    @dataclass
+    class Rec:
+        key: bytes | None
+        value: bytes | None
+        partition: int = 0
+        offset: int = 0
+
+    import json
+    store = VerdictStore()
+    store.load("audit", [Rec(b"k1", json.dumps(good).encode()),
+                         Rec(b"k1", json.dumps(good).encode(), offset=1),
+                         Rec(b"k2", b"not json", offset=2), Rec(None, b"{}", offset=3)])
+    store.add("k1", good)
+    assert len(store.query("a->b")) == 1
+    by_verdict, missing, duplicated = store.totals("a->b")
+    assert (by_verdict["MISSING"], missing, duplicated) == (1, 2, 0)
+    with pytest.raises(ValueError):
+        parse_verdict(b"k", b'{"flow": "a->b"}')
+
+
+def test_topology_view_of_an_unreachable_cluster_is_stale_with_the_reason() -> None:
+    from mirrorline.heartbeat.topology import TopologyWatcher
+
+    watcher = TopologyWatcher("C", {}, POLICY, stale_after_ms=5000)
+    watcher._newest = {"B.A.heartbeats": NOW - 10}
+    watcher.error = None
+    assert not watcher.view(NOW).paths[0].stale
+    watcher.error = "KafkaConnectionError('down')"
+    view = watcher.view(NOW)
+    assert not view.reachable and view.paths[0].stale
+    assert "unreachable" in view.paths[0].reason
