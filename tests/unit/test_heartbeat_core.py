@@ -330,3 +330,21 @@ def test_topology_view_of_an_unreachable_cluster_is_stale_with_the_reason() -> N
     view = watcher.view(NOW)
     assert not view.reachable and view.paths[0].stale
     assert "unreachable" in view.paths[0].reason
+
+
+def test_faust_gets_the_target_clusters_security() -> None:
+    import ssl
+
+    import faust
+
+    from mirrorline.heartbeat.audit_app import faust_credentials
+
+    context = ssl.create_default_context()
+    assert faust_credentials({}) is None
+    assert isinstance(faust_credentials({"security_protocol": "SSL", "ssl_context": context}),
+                      faust.SSLCredentials)
+    sasl = faust_credentials({"security_protocol": "SASL_SSL", "ssl_context": context,
+                              "sasl_mechanism": "SCRAM-SHA-512",
+                              "sasl_plain_username": "u", "sasl_plain_password": "p"})
+    assert isinstance(sasl, faust.SASLCredentials)
+    assert (sasl.username, sasl.password, sasl.ssl_context) == ("u", "p", context)

@@ -70,6 +70,25 @@ def verdict_value(flow: str, topic: str, partition: int, start: int, window_ms: 
             "judged_ms": judged_ms}
 
 
+def faust_credentials(client_kwargs: Mapping[str, Any]) -> Any:
+    """The target cluster's security (as translated for aiokafka) as faust credentials, so
+    the app connects the way every other client of that cluster does."""
+    protocol = client_kwargs.get("security_protocol", "PLAINTEXT")
+    context = client_kwargs.get("ssl_context")
+    if protocol == "SSL":
+        return faust.SSLCredentials(context)
+    if protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
+        mechanism = client_kwargs.get("sasl_mechanism", "PLAIN")
+        if mechanism == "GSSAPI":
+            return faust.GSSAPICredentials(
+                kerberos_service_name=client_kwargs.get("sasl_kerberos_service_name", "kafka"),
+                ssl_context=context, mechanism=mechanism)
+        return faust.SASLCredentials(username=client_kwargs.get("sasl_plain_username"),
+                                     password=client_kwargs.get("sasl_plain_password"),
+                                     ssl_context=context, mechanism=mechanism)
+    return None
+
+
 def _part_key(flow: str, side: str, part: str) -> str:
     return f"{flow}|{side}|{part}"
 
@@ -80,7 +99,8 @@ class AuditApp:
     def __init__(self, target: str, bootstrap: str, flows: Mapping[str, FlowSettings], *,
                  app_id: str, topics: AuditTopics, admin_kwargs: Mapping[str, Any],
                  on_verdict: Callable[[str, dict[str, Any]], None],
-                 since_ms: int | None = None) -> None:
+                 since_ms: int | None = None,
+                 client_kwargs: Mapping[str, Any] | None = None) -> None:
         self.target = target
         #: Audit windows from the first whole one after this time (on the very first start;
         #: later starts keep the recorded first window).
@@ -94,7 +114,8 @@ class AuditApp:
             app_id, broker=brokers, web_enabled=False, store="memory://",
             topic_partitions=1, producer_acks=-1, broker_session_timeout=6.0,
             broker_heartbeat_interval=1.0, stream_wait_empty=False,
-            table_cleanup_interval=3600.0, autodiscover=False)
+            table_cleanup_interval=3600.0, autodiscover=False,
+            broker_credentials=faust_credentials(client_kwargs or {}))
         self._events = self.app.topic(topics.events, value_serializer="json", partitions=1)
         self._results = self.app.topic(topics.results, key_serializer="raw",
                                        value_serializer="json", partitions=1)

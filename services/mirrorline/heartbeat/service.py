@@ -182,7 +182,9 @@ class HeartbeatService:
                            app_id=app_id, topics=self.audit_topics,
                            admin_kwargs=cluster_kwargs(self.settings, target, "admin",
                                                        f"heartbeat-{target}-audit-admin"),
-                           on_verdict=self._verdict, since_ms=self.started_ms)
+                           on_verdict=self._verdict, since_ms=self.started_ms,
+                           client_kwargs=cluster_kwargs(self.settings, target, "consumer",
+                                                        f"heartbeat-{target}-audit"))
             try:
                 await app.create_topics()
                 self.verdicts.load(self.audit_topics.results, await read_topic(
