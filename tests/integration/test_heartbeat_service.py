@@ -194,6 +194,8 @@ async def test_canary_within_the_slo_while_mirroring(chain: Chain) -> None:
     assert 0 <= status.p50_ms <= status.p99_ms <= status.max_ms <= SLO_MS
     assert status.samples > 0 and status.lost == 0 and status.duplicated == 0
     assert status.topic == "alpha.mirrorline-canary"
+    # One partition per source broker (alpha has one), each with its own latency.
+    assert [p.partition for p in status.by_partition] == [0] and status.partitions == 1
     metrics = await chain.heartbeat.scrape()
     for name in ("canary_latency_ms_p50{", "canary_latency_ms_p99{", "canary_health{",
                  "heartbeat_age_ms{"):

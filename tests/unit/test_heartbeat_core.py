@@ -121,6 +121,9 @@ def test_canary_latency_gap_and_repeat() -> None:
     assert (status.lost, status.duplicated, status.samples) == (2, 1, 3)
     assert (status.p50_ms, status.max_ms) == (30, 40)
     assert status.health is Health.DEGRADED and "lost" in status.reason
+    flow.sent(canary(1, 2000, partition=1))
+    flow.arrived(canary(1, 2000, partition=1), 2100)
+    assert flow.partition_latencies(2200) == {0: (30, 40, 40.0, 3), 1: (100, 100, 100.0, 1)}
 
 
 def test_canary_ok_then_violated_when_nothing_arrives() -> None:

@@ -41,8 +41,14 @@ def _ms(value: float) -> str:
 def format_canary(report: heartbeat_pb2.CanaryReport) -> str:
     rows = [[f.flow, f.health, _ms(f.p50_ms), _ms(f.p99_ms), _ms(f.max_ms),
              str(f.lost), str(f.duplicated), f"{f.slo_ms}ms", f.reason] for f in report.flows]
-    return render_table(["FLOW", "HEALTH", "P50", "P99", "MAX", "LOST", "DUP", "SLO",
-                         "REASON"], rows)
+    table = render_table(["FLOW", "HEALTH", "P50", "P99", "MAX", "LOST", "DUP", "SLO",
+                          "REASON"], rows)
+    partitions = [[f.flow, str(p.partition), _ms(p.p50_ms), _ms(p.p99_ms), _ms(p.max_ms),
+                   str(p.samples)] for f in report.flows for p in f.by_partition]
+    if not partitions:
+        return table
+    return table + "\n\n" + render_table(
+        ["FLOW", "PARTITION", "P50", "P99", "MAX", "SAMPLES"], partitions)
 
 
 def format_audit(report: heartbeat_pb2.AuditReport) -> str:

@@ -190,6 +190,19 @@ class FlowCanary:
                     oldest = (partition, sequence, age)
         return oldest
 
+    def partition_latencies(self, now_ms: int) -> dict[int, tuple[float, float, float, int]]:
+        """Per partition: (p50, p99, max, samples) of the latencies in the window."""
+        self._expire(now_ms)
+        by_partition: dict[int, list[int]] = {}
+        for _arrival, partition, latency in self._samples:
+            by_partition.setdefault(partition, []).append(latency)
+        out: dict[int, tuple[float, float, float, int]] = {}
+        for partition, values in sorted(by_partition.items()):
+            p50, p99 = percentile(values, 50), percentile(values, 99)
+            assert p50 is not None and p99 is not None
+            out[partition] = (p50, p99, float(max(values)), len(values))
+        return out
+
     def status(self, now_ms: int) -> CanaryStatus:
         self._expire(now_ms)
         latencies = [s[2] for s in self._samples]

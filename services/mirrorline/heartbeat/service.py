@@ -291,7 +291,11 @@ class HeartbeatService:
             samples=status.samples, lost=status.lost, duplicated=status.duplicated,
             lost_total=status.lost_total, duplicated_total=status.duplicated_total,
             slo_ms=canary.slo_ms, window_ms=canary.window_ms,
-            topic=reader.topic if reader else "", partitions=reader.partitions if reader else 0)
+            topic=reader.topic if reader else "", partitions=reader.partitions if reader else 0,
+            by_partition=[heartbeat_pb2.CanaryPartition(
+                partition=p, p50_ms=p50, p99_ms=p99, max_ms=top, samples=n)
+                for p, (p50, p99, top, n) in canary.partition_latencies(
+                    int(time.time() * 1000)).items()])
 
     def audit_totals(self, name: str) -> heartbeat_pb2.AuditTotals:
         by_verdict, missing, duplicated = self.verdicts.totals(name)

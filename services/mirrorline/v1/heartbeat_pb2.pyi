@@ -190,6 +190,7 @@ class FlowCanaryStatus(_message.Message):
     WINDOW_MS_FIELD_NUMBER: _builtins.int
     TOPIC_FIELD_NUMBER: _builtins.int
     PARTITIONS_FIELD_NUMBER: _builtins.int
+    BY_PARTITION_FIELD_NUMBER: _builtins.int
     flow: _builtins.str
     health: _builtins.str
     """UNKNOWN, OK, DEGRADED, VIOLATED"""
@@ -210,6 +211,8 @@ class FlowCanaryStatus(_message.Message):
     topic: _builtins.str
     """the remote canary topic read on the target"""
     partitions: _builtins.int
+    @_builtins.property
+    def by_partition(self) -> _containers.RepeatedCompositeFieldContainer[Global___CanaryPartition]: ...
     def __init__(
         self,
         *,
@@ -228,14 +231,48 @@ class FlowCanaryStatus(_message.Message):
         window_ms: _builtins.int = ...,
         topic: _builtins.str = ...,
         partitions: _builtins.int = ...,
+        by_partition: _abc.Iterable[Global___CanaryPartition] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["duplicated", b"duplicated", "duplicated_total", b"duplicated_total", "flow", b"flow", "health", b"health", "lost", b"lost", "lost_total", b"lost_total", "max_ms", b"max_ms", "p50_ms", b"p50_ms", "p99_ms", b"p99_ms", "partitions", b"partitions", "reason", b"reason", "samples", b"samples", "slo_ms", b"slo_ms", "topic", b"topic", "window_ms", b"window_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["by_partition", b"by_partition", "duplicated", b"duplicated", "duplicated_total", b"duplicated_total", "flow", b"flow", "health", b"health", "lost", b"lost", "lost_total", b"lost_total", "max_ms", b"max_ms", "p50_ms", b"p50_ms", "p99_ms", b"p99_ms", "partitions", b"partitions", "reason", b"reason", "samples", b"samples", "slo_ms", b"slo_ms", "topic", b"topic", "window_ms", b"window_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___FlowCanaryStatus: _TypeAlias = FlowCanaryStatus  # noqa: Y015
+
+@_typing.final
+class CanaryPartition(_message.Message):
+    """One canary partition's latency over the window (each is one source broker's path)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARTITION_FIELD_NUMBER: _builtins.int
+    P50_MS_FIELD_NUMBER: _builtins.int
+    P99_MS_FIELD_NUMBER: _builtins.int
+    MAX_MS_FIELD_NUMBER: _builtins.int
+    SAMPLES_FIELD_NUMBER: _builtins.int
+    partition: _builtins.int
+    p50_ms: _builtins.float
+    p99_ms: _builtins.float
+    max_ms: _builtins.float
+    samples: _builtins.int
+    def __init__(
+        self,
+        *,
+        partition: _builtins.int = ...,
+        p50_ms: _builtins.float = ...,
+        p99_ms: _builtins.float = ...,
+        max_ms: _builtins.float = ...,
+        samples: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_ms", b"max_ms", "p50_ms", b"p50_ms", "p99_ms", b"p99_ms", "partition", b"partition", "samples", b"samples"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CanaryPartition: _TypeAlias = CanaryPartition  # noqa: Y015
 
 @_typing.final
 class CanaryReport(_message.Message):
