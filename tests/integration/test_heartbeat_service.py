@@ -331,7 +331,8 @@ async def test_controller_forwards_and_a_paused_flow_violates_the_canary(
     """A controller-run deployment (charlie -> alpha, one worker) with a managed heartbeat
     service: the controller's Admin API answers `topology`, `canary` and `audit` by
     forwarding, `status` carries the audit totals, and pausing the flow turns its canary
-    from OK to VIOLATED."""
+    from OK to VIOLATED. The managed service follows the control log: a flow created
+    through the API gets its canary without a restart."""
     config = deployment_config({a: chain.brokers[a] for a in ("charlie", "alpha")},
                                {"charlie->alpha": {"topics": "nothing-here"}},
                                audit_window_ms="1000", canary_interval_ms="250",
@@ -382,6 +383,18 @@ async def test_controller_forwards_and_a_paused_flow_violates_the_canary(
                 return health() == "VIOLATED"
 
             await wait_for(violated, 60, "the canary of a paused flow never reported VIOLATED")
+
+            # A flow created through the Admin API is probed without a restart.
+            created = cli("admin", "--server", server, "flows", "create", "alpha->charlie",
+                          "--topics", "nothing-here")
+            assert created.returncode == 0, created.stderr
+
+            async def probed() -> bool:
+                done = cli("admin", "--server", server, "canary", "--output", "json")
+                return done.returncode == 0 and any(
+                    f["flow"] == "alpha->charlie" for f in json.loads(done.stdout)["flows"])
+
+            await wait_for(probed, 30, "a flow created live never got a canary")
         finally:
             await managed.close()
 

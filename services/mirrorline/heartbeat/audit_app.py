@@ -147,10 +147,17 @@ class AuditApp:
         await self.app.start()
         self.started = True
         self._ticker = asyncio.create_task(self._tick(), name=f"audit ticks {self.target}")
-        for name, flow in self.flows.items():
-            first = audit.window_start(self.since_ms, flow.audit.window_ms) \
-                + flow.audit.window_ms
-            await self.send({"kind": "init", "flow": name, "start": first})
+        for name, flow in list(self.flows.items()):
+            await self.add_flow(name, flow)
+
+    async def add_flow(self, name: str, flow: FlowSettings, since_ms: int | None = None
+                       ) -> None:
+        """Audit `name` too: windows from the first whole one after `since_ms` (default:
+        the app's), unless the table already records where this flow's audit began."""
+        self.flows[name] = flow
+        since = self.since_ms if since_ms is None else since_ms
+        first = audit.window_start(since, flow.audit.window_ms) + flow.audit.window_ms
+        await self.send({"kind": "init", "flow": name, "start": first})
 
     async def stop(self) -> None:
         if self._ticker is not None:

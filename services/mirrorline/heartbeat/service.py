@@ -1,9 +1,10 @@
 """The heartbeat process: MM2 heartbeats, topology, the canary and the audit.
 
-Flows come from the properties file (every pair for heartbeats, as MM2's dedicated mode;
-the enabled flows for canary and audit). With `--managed` the service also announces
-itself to the leading controller, which then forwards the Topology, Canary and Audit
-RPCs of the Admin API here. Every part retries on its own with backoff when a cluster
+Heartbeats go to every cluster pair of the properties file (as MM2's dedicated mode does).
+Canary and audit cover the file's enabled flows, or with `--managed` the control log's
+flows, followed live (paused ones included); a managed service also announces itself to
+the leading controller, which then forwards the Topology, Canary and Audit RPCs of the
+Admin API here. Every part retries on its own with backoff when a cluster
 does not answer, and says why in one line; nothing it reports is OK while a cluster it
 needs is unreachable.
 """
@@ -24,6 +25,8 @@ from mirrorline.controlplane.home import control_topics, home_clients, home_clus
 from mirrorline.controlplane.log import ControlLog
 from mirrorline.core.backoff import Backoff
 from mirrorline.core.canary import FlowCanary
+from mirrorline.core.errors import ConfigError
+from mirrorline.core.flowdefs import Definition, flow_settings
 from mirrorline.core.policy import DefaultReplicationPolicy, ReplicationPolicy, make_policy
 from mirrorline.core.settings import FlowSettings, MirrorSettings
 from mirrorline.grpcserver import ServiceServer
@@ -74,13 +77,15 @@ class HeartbeatService:
         self.watchers = {alias: TopologyWatcher(
             alias, cluster_kwargs(settings, alias, "consumer", f"heartbeat-{alias}-topology"),
             self._policy(alias), self.stale_after_ms) for alias in settings.clusters}
-        self.flows = {f.name: f for f in flows}
-        self.canaries = {f.name: FlowCanary(slo_ms=f.canary.latency_slo_ms,
-                                            window_ms=f.audit.window_ms)
-                         for f in flows if f.canary.enabled}
+        # Managed: flows come from the control log (followed once it is read); otherwise
+        # from the file. `_add_flow` starts their canary and audit.
+        self.flows: dict[str, FlowSettings] = {} if managed else {f.name: f for f in flows}
+        self._definitions: dict[str, Definition] = {}
+        self.canaries: dict[str, FlowCanary] = {}
         self.senders: dict[str, CanarySender] = {}
         self.canary_readers: dict[str, CanaryReader] = {}
-        self.audited = {f.name: f for f in flows if f.audit.enabled}
+        self.audited: dict[str, FlowSettings] = {}
+        self._audit_tasks: dict[str, asyncio.Task[None]] = {}
         self.audit_topics = AuditTopics.for_deployment(settings.deployment)
         self.apps: dict[str, AuditApp] = {}
         self.audit_readers: list[AuditReader] = []
@@ -88,6 +93,7 @@ class HeartbeatService:
         self.verdicts = VerdictStore()
         self._control: ControlLog | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self._changed = asyncio.Event()
 
     def _policy(self, alias: str) -> ReplicationPolicy:
         for flow in self.settings.flows.values():
@@ -106,7 +112,7 @@ class HeartbeatService:
 
     # -- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
-        if not self.emitters and not self.canaries and not self.audited:
+        if not self.emitters and not self.flows and not self._managed:
             # Not an error: `mirrorline run` starts this service for every deployment, and
             # one that switched all of it off still gets topology from the heartbeat topics.
             log.info("heartbeat %s: heartbeats, canary and audit are all off; serving "
@@ -127,10 +133,8 @@ class HeartbeatService:
             emitter.start()
         for watcher in self.watchers.values():
             watcher.start()
-        self._start_canary()
-        for target in sorted({f.target for f in self.audited.values()}):
-            self._tasks.append(asyncio.create_task(self._run_audit(target),
-                                                   name=f"audit into {target}"))
+        for flow in list(self.flows.values()):
+            await self._add_flow(flow)
         if self._managed:
             home = home_cluster(self.settings, self._targets)
             consumer, _, _ = home_clients(self.settings, home, f"heartbeat-{self.instance_id}")
@@ -142,31 +146,64 @@ class HeartbeatService:
                  "audited", self.instance_id, address, sum(len(e.pairs) for e in self.emitters),
                  len(self.canaries), len(self.audited))
 
-    def _start_canary(self) -> None:
-        for name, canary in self.canaries.items():
-            flow = self.flows[name]
-            policy = make_policy(flow.policy, flow.source)
-            sender = self.senders.get(flow.source)
-            if sender is None:
-                sender = self.senders[flow.source] = CanarySender(
-                    flow.source, policy.canary_topic(), flow.canary.interval_ms,
-                    producer_kwargs=cluster_kwargs(self.settings, flow.source, "producer",
-                                                   f"heartbeat-{flow.source}-canary"),
-                    admin_kwargs=cluster_kwargs(self.settings, flow.source, "admin",
-                                                f"heartbeat-{flow.source}-admin"),
-                    tracer=self._tracer(), replication_factor=flow.replication_factor)
-            sender.interval_ms = min(sender.interval_ms, flow.canary.interval_ms)
-            sender.flows.append(canary)
-            self.canary_readers[name] = CanaryReader(
-                name, flow.target, policy.format_remote_topic(flow.source,
-                                                              policy.canary_topic()),
-                canary, consumer_kwargs=cluster_kwargs(
-                    self.settings, flow.target, "consumer", f"heartbeat-{name}-canary"),
-                since_ms=self.started_ms)
-        for sender in self.senders.values():
+    def _add_canary(self, flow: FlowSettings) -> None:
+        canary = self.canaries[flow.name] = FlowCanary(slo_ms=flow.canary.latency_slo_ms,
+                                                       window_ms=flow.audit.window_ms)
+        policy = make_policy(flow.policy, flow.source)
+        sender = self.senders.get(flow.source)
+        if sender is None:
+            sender = self.senders[flow.source] = CanarySender(
+                flow.source, policy.canary_topic(), flow.canary.interval_ms,
+                producer_kwargs=cluster_kwargs(self.settings, flow.source, "producer",
+                                               f"heartbeat-{flow.source}-canary"),
+                admin_kwargs=cluster_kwargs(self.settings, flow.source, "admin",
+                                            f"heartbeat-{flow.source}-admin"),
+                tracer=self._tracer(), replication_factor=flow.replication_factor)
             sender.start()
-        for reader in self.canary_readers.values():
-            reader.start()
+        sender.interval_ms = min(sender.interval_ms, flow.canary.interval_ms)
+        sender.flows.append(canary)
+        reader = self.canary_readers[flow.name] = CanaryReader(
+            flow.name, flow.target, policy.format_remote_topic(flow.source,
+                                                               policy.canary_topic()),
+            canary, consumer_kwargs=cluster_kwargs(
+                self.settings, flow.target, "consumer", f"heartbeat-{flow.name}-canary"),
+            since_ms=int(time.time() * 1000))
+        reader.start()
+
+    async def _remove_canary(self, name: str) -> None:
+        canary = self.canaries.pop(name, None)
+        reader = self.canary_readers.pop(name, None)
+        if reader is not None:
+            await reader.stop()
+        for sender in self.senders.values():
+            if canary in sender.flows:
+                sender.flows.remove(canary)
+
+    async def _add_flow(self, flow: FlowSettings) -> None:
+        self.flows[flow.name] = flow
+        if flow.canary.enabled:
+            self._add_canary(flow)
+        if flow.audit.enabled:
+            self.audited[flow.name] = flow
+            app = self.apps.get(flow.target)
+            if app is not None:
+                await app.add_flow(flow.name, flow, int(time.time() * 1000))
+                self._start_audit_readers(app, flow)
+            elif flow.target not in self._audit_tasks:
+                self._audit_tasks[flow.target] = asyncio.create_task(
+                    self._run_audit(flow.target), name=f"audit into {flow.target}")
+
+    async def _remove_flow(self, name: str) -> None:
+        flow = self.flows.pop(name)
+        await self._remove_canary(name)
+        self.audited.pop(name, None)
+        self.audit_errors.pop(name, None)
+        readers = [r for r in self.audit_readers if r.flow.name == name]
+        self.audit_readers = [r for r in self.audit_readers if r.flow.name != name]
+        await asyncio.gather(*(r.stop() for r in readers), return_exceptions=True)
+        app = self.apps.get(flow.target)
+        if app is not None:
+            app.flows.pop(name, None)
 
     def _tracer(self) -> trace.Tracer:
         assert self.telemetry is not None
@@ -210,14 +247,23 @@ class HeartbeatService:
         for name in flows:
             self.audit_errors.pop(name, None)
         self.apps[target] = app
-        for flow in flows.values():
-            topics = FlowTopics()
-            for side, alias in (("source", flow.source), ("target", flow.target)):
-                reader = AuditReader(flow, side, app, topics,  # type: ignore[arg-type]
-                                     cluster_kwargs(self.settings, alias, "consumer",
-                                                    f"heartbeat-{flow.name}-audit-{side}"))
-                self.audit_readers.append(reader)
-                reader.start()
+        # Flows added or removed while the app was starting.
+        for name in set(app.flows) - set(self.audited):
+            app.flows.pop(name)
+        for name, flow in self.audited.items():
+            if flow.target == target and name not in flows:
+                await app.add_flow(name, flow)
+        for flow in [f for f in self.audited.values() if f.target == target]:
+            self._start_audit_readers(app, flow)
+
+    def _start_audit_readers(self, app: AuditApp, flow: FlowSettings) -> None:
+        topics = FlowTopics()
+        for side, alias in (("source", flow.source), ("target", flow.target)):
+            reader = AuditReader(flow, side, app, topics,  # type: ignore[arg-type]
+                                 cluster_kwargs(self.settings, alias, "consumer",
+                                                f"heartbeat-{flow.name}-audit-{side}"))
+            self.audit_readers.append(reader)
+            reader.start()
 
     def _verdict(self, key: str, value: dict[str, object]) -> None:
         if value["verdict"] != "OK":
@@ -237,13 +283,41 @@ class HeartbeatService:
                 log.warning("cannot read the control log (%r); retrying", exc)
                 await asyncio.sleep(backoff.delay(attempt))
                 attempt += 1
+        self._control.listen(lambda *_: self._changed.set())
+        self._tasks.append(asyncio.create_task(self._follow(), name="follow control log"))
         await announce_forever(self._control, "heartbeat", self.instance_id, address)
+
+    async def _follow(self) -> None:
+        """Managed: probe and audit the control log's flows (paused ones too: a paused
+        flow's canary is exactly what must turn VIOLATED)."""
+        assert self._control is not None
+        while True:
+            self._changed.clear()
+            wanted = {n: Definition(r.source, r.target, r.properties)
+                      for n, r in self._control.state.flows.items()
+                      if not self._targets or r.target in self._targets}
+            for name in [n for n, d in self._definitions.items() if wanted.get(n) != d]:
+                del self._definitions[name]
+                await self._remove_flow(name)
+            for name, definition in wanted.items():
+                if name in self._definitions:
+                    continue
+                try:
+                    flow = flow_settings(self.settings, definition)
+                except ConfigError as exc:
+                    log.error("flow %s cannot be probed here: %s", name, exc)
+                    continue
+                self._definitions[name] = definition
+                await self._add_flow(flow)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), 5.0)
 
     async def stop(self) -> None:
         await self._grpc.set_serving(False)
-        for task in self._tasks:
+        tasks = [*self._tasks, *self._audit_tasks.values()]
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         parts: list[Any] = [*self.emitters, *self.watchers.values(), *self.senders.values(),
                  *self.canary_readers.values(), *self.audit_readers]
         await asyncio.gather(*(p.stop() for p in parts), return_exceptions=True)
