@@ -4,8 +4,11 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed-stamp
 PROTOS  := $(wildcard proto/mirrorline/v1/*.proto)
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+# The tag deploy/kubernetes runs; push it where your cluster pulls from (IMAGE=reg/mirrorline:X).
+IMAGE   ?= mirrorline:$(VERSION)
 
-.PHONY: install demo test test-unit lint bench proto proto-check clean
+.PHONY: install demo image test test-unit lint bench proto proto-check clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -17,6 +20,9 @@ install: $(STAMP)
 
 demo: install
 	$(BIN)/mirrorline dev demo
+
+image:
+	docker build -f deploy/Dockerfile -t $(IMAGE) .
 
 test: install
 	$(BIN)/pytest -q

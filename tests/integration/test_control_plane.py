@@ -192,6 +192,13 @@ async def test_workers_come_and_go_without_loss_and_only_what_must_move_moves(
         for name in ("w1", "w2", "w3"):
             await d.worker(name)
         admin = d.admin(await d.leader())
+
+        # The workers are separate processes: wait until all three have registered, else
+        # the flow is split between those that happen to be up (e.g. [0, 6, 6]).
+        async def registered() -> bool:
+            reply = await admin.ListWorkers(admin_pb2.ListWorkersRequest(), timeout=5)
+            return {w.worker_id for w in reply.workers if w.alive} == {"w1", "w2", "w3"}
+        await wait_for(registered, 30, "the three workers did not register", interval=0.3)
         async with steady(primary.bootstrap, topic, 12):
             await admin.CreateFlow(admin_pb2.CreateFlowRequest(spec=spec(a, b, topic)))
             before = await all_running(d, 12)
@@ -216,10 +223,9 @@ async def test_workers_come_and_go_without_loss_and_only_what_must_move_moves(
         assert {r.value for rs in target.values() for r in rs} == expected
         assert took < 15, f"reassignment took {took:.1f}s with a 2s lease"
 
-        # A new worker takes a share -- sized by measured load, so about a third -- and little
-        # else moves: every partition w4 holds came from a survivor, and beyond those at most
-        # two partitions change hands between survivors (the load review evens out measured
-        # bytes/s, which jitter on a busy machine).
+        # A new worker takes a share -- sized by measured load, so about a third -- and
+        # nothing else moves: a join moves partitions only to the joining worker, and each
+        # goes where its move meant it to, however the measured loads shift meanwhile.
         await d.worker("w4")
 
         async def w4_has_a_share() -> bool:
@@ -230,8 +236,7 @@ async def test_workers_come_and_go_without_loss_and_only_what_must_move_moves(
         joined = await d.owners()
         changed = [k for k in joined if joined[k] != after[k]]
         taken = [k for k in joined if joined[k] == "w4"]
-        assert taken and set(taken) <= set(changed)
-        assert len(changed) - len(taken) <= 2, f"survivors reshuffled: {changed}"
+        assert taken and set(changed) == set(taken), f"survivors reshuffled: {changed}"
 
         # A new topic: its partitions are assigned, nothing else moves.
         other = f"{unique}-more"

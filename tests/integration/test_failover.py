@@ -312,6 +312,10 @@ async def test_failover_and_failback_through_the_admin_api_and_cli(
                                      "--group", group)
             return code == 0 and json.loads(out)["groups"][0].get("safe", False)
         await wait_for(planned, 60, "the failover plan never became safe", interval=1)
+        # A mistyped group is not a success with nothing in it.
+        code, _, err = await cli(server, "offsets", "translate", flow, "--group",
+                                 f"{group}-typo")
+        assert code == 1 and "has no committed offsets on the topics" in err
         code, out, err = await cli(server, "failover", "execute", flow, "--group", group,
                                    "--mode", "drain")
         assert code == 0, err
@@ -352,6 +356,14 @@ async def test_failover_and_failback_through_the_admin_api_and_cli(
                                             [(topic, 0), (topic, 1)])).values()) == {None}
         flows = await admin.ListFlows(admin_pb2.ListFlowsRequest())
         assert f"{b}->{a}" in {f.name for f in flows.flows}
+
+        async def waiting_says_why() -> bool:  # no topic on the new primary yet
+            report = await admin.GetStatus(admin_pb2.GetStatusRequest(flow=f"{b}->{a}"))
+            (summary,) = report.flows
+            return (summary.state == flows_pb2.FLOW_STATE_STARTING and summary.partitions == 0
+                    and f"no topic on {b} matches" in summary.error)
+        await wait_for(waiting_says_why, 30, "the waiting reverse flow gave no reason",
+                       interval=0.5)
         # The reverse flow mirrors what is written on the new primary back to the old one.
         await create_topic(backup.bootstrap, topic, 2)
         await produce(backup.bootstrap, topic, numbered(topic, 2, 3))

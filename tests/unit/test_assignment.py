@@ -456,3 +456,17 @@ def test_property_random_loads_terminate_and_settle(
         if load[w] > mean * (1 + Fraction(tolerance)):
             gap = load[w] - lightest
             assert all(weight[p] >= gap for p, owner in result.items() if owner == w)
+
+
+def test_a_join_moves_partitions_only_to_the_joining_worker() -> None:
+    """Survivors w1/w2 are skewed (w1 still measures a recent catch-up). When w3 joins with
+    `receivers={"w3"}`, partitions go only to w3; nothing moves from w1 to w2, which a full
+    rebalance would do to even them out."""
+    parts = keys("t", 12)
+    current = {p: ("w1" if i < 6 else "w2") for i, p in enumerate(parts)}
+    loads = {p: (9.0 if i < 6 else 1.0) for i, p in enumerate(parts)}
+    full = assign(current, parts, ["w1", "w2", "w3"], loads)
+    assert any(current[p] == "w1" and full[p] == "w2" for p in parts)  # what a review does
+    joined = assign(current, parts, ["w1", "w2", "w3"], loads, receivers={"w3"})
+    changed = [p for p in parts if joined[p] != current[p]]
+    assert changed and all(joined[p] == "w3" for p in changed)

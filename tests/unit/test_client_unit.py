@@ -76,7 +76,6 @@ def test_separator_and_internal_flag() -> None:
     ({"replication.policy.separator": "__",
       "replication.policy.internal.topic.separator.enabled": "yes"},
      "replication.policy.internal.topic.separator.enabled"),
-    ({"replication.policy.separator": ""}, "replication.policy.separator"),
 ])
 def test_bad_policy_properties_name_the_key(props: dict[str, str], key: str) -> None:
     with pytest.raises(ConfigError) as e:

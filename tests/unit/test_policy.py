@@ -72,9 +72,30 @@ def test_custom_separator_parsing() -> None:
     assert policy.upstream_topic("a___b") == "_b"
 
 
-def test_empty_separator_is_a_config_error() -> None:
-    with pytest.raises(ConfigError, match=r"replication\.policy\.separator"):
-        DefaultReplicationPolicy("")
+def test_empty_separator_names_and_reads_back_like_java() -> None:
+    """MM2 accepts `replication.policy.separator =` (empty): a remote topic is
+    `<alias><topic>`, and `topicSource` splits on the empty pattern, which Java's
+    `String.split` turns into one piece per character -- so a name of two or more characters
+    reads as coming from a one-character "cluster" (its first letter)."""
+    policy = DefaultReplicationPolicy("")
+    assert policy.format_remote_topic("primary", "orders") == "primaryorders"
+    assert policy.format_remote_topic("", "orders") == "orders"
+    assert policy.topic_source("orders") == "o"
+    assert policy.upstream_topic("orders") == "rders"
+    assert policy.topic_source("x") is None
+    assert policy.original_topic("orders") == "s"
+    # Internal names lose their dots too (the internal separator follows the separator).
+    assert policy.checkpoints_topic("primary") == "primarycheckpointsinternal"
+    assert policy.offset_syncs_topic("backup") == "mm2-offset-syncsbackupinternal"
+    assert policy.is_internal_topic("primarycheckpointsinternal")
+
+
+def test_empty_separator_detects_no_cycle_for_long_aliases() -> None:
+    """With an empty separator every hop's "source" is a single character, so MM2's cycle
+    check only ever fires for a one-character target alias: loops become possible."""
+    policy = DefaultReplicationPolicy("")
+    assert not is_cycle(policy, "backuporders", "backup")
+    assert is_cycle(policy, "xBorders", "B")
 
 
 # --- internal topic names (§3.1, §3.2, §2.6) -------------------------------------------------

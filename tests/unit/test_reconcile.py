@@ -90,3 +90,30 @@ def test_adding_a_topic_grants_only_its_partitions() -> None:
     assert not result.revoke
     granted = {k for v in result.grant.values() for k in v}
     assert granted == set(desired(0, 1, 2, 3, topic="u"))
+
+
+def test_a_released_partition_goes_where_its_move_meant_it_to() -> None:
+    """w3 joins a 6/6 split: the joining round revokes two partitions from each survivor for
+    w3. Releases arrive one survivor at a time, and by then the measured loads make w2 look
+    lighter than w3 (w3 is catching up fast). The released partitions must still go to w3:
+    re-placing them by load would move them from one survivor to the other."""
+    owners = {p: ("w1" if p < 6 else "w2") for p in range(12)}
+    want = desired(*range(12))
+    joined = plan(state_with(owners), want, {"w1", "w2", "w3"}, {}, {}, expired=(),
+                  allow_moves=True)
+    assert set(joined.moving.values()) == {"w3"}
+    from_w1 = joined.revoke[(FLOW, "w1")]
+    assert len(from_w1) == 2 and len(joined.revoke[(FLOW, "w2")]) == 2
+
+    # w1 has released its two; w2's are still outstanding. w2 measures light, w3 heavy.
+    state = state_with({p: w for p, w in owners.items() if key(p) not in joined.moving},
+                       {k.partition: ("w2", 9) for k in joined.revoke[(FLOW, "w2")]})
+    loads = {key(p): (0.1 if owners[p] == "w2" else 5.0) for p in range(12)}
+    kept_w1 = [p for p in range(6) if key(p) not in from_w1]
+    reports = {"w1": report(9, *kept_w1), "w2": report(8, *range(6, 12))}
+    without = plan(state, want, {"w1", "w2", "w3"}, reports, loads, expired=(),
+                   allow_moves=False)
+    assert (FLOW, "w2") in without.grant  # the trap: placed by load, it lands on a survivor
+    released = plan(state, want, {"w1", "w2", "w3"}, reports, loads, expired=(),
+                    allow_moves=False, destined=joined.moving)
+    assert released.grant == {(FLOW, "w3"): dict.fromkeys(from_w1, "a.t")}

@@ -48,7 +48,7 @@ class FlowCheckpointer:
                  target_admin: ClusterAdmin, producer_kwargs: Mapping[str, Any],
                  source_consumer: Mapping[str, Any], target_consumer: Mapping[str, Any]) -> None:
         self.flow = flow
-        self.policy = make_policy(flow.policy, flow.source)
+        self.policy = make_policy(flow.policy, flow.naming_source)
         self.source_groups = GroupOffsets(source_admin)
         self.target_groups = GroupOffsets(target_admin)
         self._source_admin = source_admin
@@ -60,7 +60,7 @@ class FlowCheckpointer:
                                          target_consumer=target_consumer)
         self.topic_filter = TopicFilter(flow.topics, flow.topics_exclude)
         self.group_filter = GroupFilter(flow.groups, flow.groups_exclude)
-        self.checkpoints_topic = self.policy.checkpoints_topic(flow.source)
+        self.checkpoints_topic = self.policy.checkpoints_topic(flow.naming_source)
         self.store = CheckpointStore()
         self.groups: set[str] = set()
         #: group -> wall-clock ms of its newest checkpoint (for failover plans)
@@ -83,8 +83,8 @@ class FlowCheckpointer:
         self.source_groups = GroupOffsets(admin)
 
     def rename(self, topic: str) -> str:
-        return checkpoint_topic_name(self.policy, topic, source_alias=self.flow.source,
-                                     target_alias=self.flow.target)
+        return checkpoint_topic_name(self.policy, topic, source_alias=self.flow.naming_source,
+                                     target_alias=self.flow.naming_target)
 
     # -- lifecycle --------------------------------------------------------------------
     async def start(self) -> None:
@@ -157,8 +157,11 @@ class FlowCheckpointer:
         refreshed = float("-inf")
         while True:
             try:
-                if (time.monotonic() - refreshed >= self.flow.refresh_groups_interval_s
-                        or not self.groups):
+                # refresh.groups.enabled = false: groups are found once, at start (as MM2's
+                # checkpoint connector loads them once and schedules no refresh).
+                if refreshed == float("-inf") or (self.flow.refresh_groups_enabled and (
+                        time.monotonic() - refreshed >= self.flow.refresh_groups_interval_s
+                        or not self.groups)):
                     await self.refresh_groups()
                     refreshed = time.monotonic()
                 if self.translator.ready:

@@ -38,7 +38,8 @@ class FlowTranslator:
                  source_consumer: Mapping[str, Any], target_consumer: Mapping[str, Any]) -> None:
         self.flow = flow
         at_source = flow.offset_syncs_topic_location == "source"
-        self.syncs_topic = policy.offset_syncs_topic(flow.target if at_source else flow.source)
+        self.syncs_topic = policy.offset_syncs_topic(flow.naming_target if at_source
+                                                 else flow.naming_source)
         self._syncs_kwargs = source_consumer if at_source else target_consumer
         self.map_topic = offset_map_topic(flow.source)
         self._map_kwargs = target_consumer

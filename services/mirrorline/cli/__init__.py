@@ -13,6 +13,7 @@ _COMMAND_MODULES = (
     "mirrorline.cli.services",
     "mirrorline.cli.dev",
     "mirrorline.cli.admin",
+    "mirrorline.cli.config_check",
 )
 
 
@@ -21,6 +22,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="mirrorline",
         description="Mirror Kafka clusters into each other (MM2-compatible).",
     )
+    from mirrorline import __version__
+
+    parser.add_argument("--version", action="version", version=f"mirrorline {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in _COMMAND_MODULES:
         try:

@@ -226,8 +226,10 @@ def _unary(args: argparse.Namespace,
            method: Callable[[admin_pb2_grpc.AdminStub],
                             grpc.UnaryUnaryMultiCallable[_Req, _Resp]],
            request: _Req, render: Callable[[_Resp], str],
-           warnings: Callable[[_Resp], Iterable[str]] | None = None) -> int:
-    """Call, print the answer (and its `warnings` on stderr, unless the output is JSON)."""
+           warnings: Callable[[_Resp], Iterable[str]] | None = None,
+           problem: Callable[[_Resp], str | None] | None = None) -> int:
+    """Call, print the answer (and its `warnings` on stderr, unless the output is JSON);
+    an answer in which `problem` finds one is printed too, but exits with status 1."""
     try:
         response = invoke(_connection(args), method, request)
     except AdminError as error:
@@ -238,6 +240,10 @@ def _unary(args: argparse.Namespace,
     if warnings is not None and args.output != "json":
         for warning in warnings(response):
             print(f"mirrorline: warning: {warning}", file=sys.stderr)
+    found = problem(response) if problem is not None else None
+    if found is not None:
+        print(f"mirrorline: {found}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -330,7 +336,11 @@ def _built(args: argparse.Namespace, build: Callable[[argparse.Namespace], _Req]
 
 def _offsets_translate(args: argparse.Namespace) -> int:
     return _unary(args, lambda stub: stub.TranslateOffsets,
-                  _built(args, build_translate_request), format_translate)
+                  _built(args, build_translate_request), format_translate,
+                  problem=lambda r: None if r.partitions else (
+                      f"group {r.group!r} has no committed offsets on the topics flow "
+                      f"{r.flow} mirrors (check the group name and that it has consumed "
+                      "from a mirrored topic)"))
 
 
 def _failover_plan(args: argparse.Namespace) -> int:

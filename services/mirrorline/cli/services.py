@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 import uuid
 from collections.abc import Callable
@@ -20,16 +21,25 @@ from mirrorline.runtime import Service, configure_logging, run_service
 
 log = logging.getLogger(__name__)
 
+#: Set by `mirrorline run` for the services it starts: it has validated the file and printed
+#: its warnings once, so they do not repeat them.
+VALIDATED_ENV = "MIRRORLINE_CONFIG_VALIDATED"
+
 
 def load_settings(path: str) -> MirrorSettings | None:
-    """Load the config, printing errors and warnings; None means "exit with status 2"."""
+    """Load and check the config (every client setting and TLS store included), printing
+    errors and warnings; None means "exit with status 2"."""
+    from mirrorline.kafka.preflight import check_clients
+
     try:
         settings = load_config(path)
+        client_warnings = check_clients(settings)
     except ConfigError as exc:
         print(f"mirrorline: configuration error: {exc}", file=sys.stderr)
         return None
-    for warning in settings.warnings:
-        print(f"mirrorline: warning: {path}: {warning}", file=sys.stderr)
+    if os.environ.get(VALIDATED_ENV) != os.path.abspath(path):
+        for warning in (*settings.warnings, *client_warnings):
+            print(f"mirrorline: warning: {path}: {warning}", file=sys.stderr)
     return settings
 
 
@@ -40,7 +50,9 @@ def _common(parser: argparse.ArgumentParser) -> None:
                         help="only flows whose target is one of these aliases (as MM2)")
     parser.add_argument("--bind", default="127.0.0.1",
                         help="address for the gRPC and metrics listeners (default 127.0.0.1)")
-    parser.add_argument("--log-level", default="INFO")
+    parser.add_argument("--log-level", default="INFO",
+                        choices=("DEBUG", "INFO", "WARNING", "ERROR"), type=str.upper,
+                        help="log level of the service(s) (default %(default)s)")
 
 
 def register(subparsers: Any) -> None:
@@ -93,7 +105,9 @@ def register(subparsers: Any) -> None:
     run.add_argument("--port-offset", type=int, default=0, metavar="N",
                      help="add N to every service's default gRPC and metrics port")
     run.add_argument("--lease-ms", type=int, default=DEFAULT_LEASE_MS,
-                     help="controller and worker lease (default %(default)s ms)")
+                     help="how long the controller's leadership and each worker's "
+                          "membership last without renewal: a stopped controller or worker "
+                          "is replaced after at most this long (default %(default)s ms)")
     run.set_defaults(handler=_run)
 
 
@@ -187,6 +201,8 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     from mirrorline.supervisor import ChildSpec, Supervisor
 
+    # The services started below read the same file: its warnings were printed above.
+    os.environ[VALIDATED_ENV] = os.path.abspath(args.config)
     common = ["--config", args.config, "--bind", args.bind, "--log-level", args.log_level]
     if args.clusters:
         common += ["--clusters", *args.clusters]

@@ -69,10 +69,15 @@ class Discoveries:
                                               partitions=known.partitions if known else {})
 
     async def refresh_due(self, paused: set[str]) -> None:
-        """Refresh every flow whose interval has passed (paused flows keep what they had)."""
+        """Refresh every flow whose interval has passed (paused flows keep what they had).
+
+        With `refresh.topics.enabled = false` a flow's topics are found once, when the flow
+        starts or changes, and never again -- MM2 loads them when the connector starts and
+        schedules no refresh; a failed first attempt is retried until it succeeds."""
         now = time.monotonic()
         due = [f for name, f in self.flows.items() if name not in paused and (
-            f.stale or now - f.refreshed_at >= f.settings.refresh_topics_interval_s)]
+            f.stale or (now - f.refreshed_at >= f.settings.refresh_topics_interval_s
+                        and (f.settings.refresh_topics_enabled or f.result is None)))]
         await asyncio.gather(*(self._refresh(f) for f in due))
 
     async def _refresh(self, flow: FlowTopics) -> None:
@@ -80,8 +85,8 @@ class Discoveries:
         try:
             source = await self.admin(settings.source)
             target = await self.admin(settings.target)
-            discovery = TopicDiscovery(settings, make_policy(settings.policy, settings.source),
-                                       source=source, target=target)
+            policy = make_policy(settings.policy, settings.naming_source)
+            discovery = TopicDiscovery(settings, policy, source=source, target=target)
             flow.result = await discovery.refresh()
             flow.error = None
             flow.partitions = {

@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 
 from mirrorline.controller.discovery import Discoveries
 from mirrorline.controller.workers import WorkerRegistry
+from mirrorline.core.assignment import PartitionKey
 from mirrorline.core.control import ControlState, Outcome, partition_refs
 from mirrorline.core.errors import ConfigError
 from mirrorline.core.flowdefs import Definition, flow_settings
@@ -31,12 +32,15 @@ class Reconciler:
         self._registry = registry
         self._known_live: frozenset[str] = frozenset()
         self._last_review = time.monotonic()
+        #: Partitions revoked to be moved -> the worker they were moved for (this term only).
+        self._destined: dict[PartitionKey, str] = {}
         #: Flows whose definition no longer fits the deployment (e.g. a cluster removed).
         self.broken: dict[str, str] = {}
 
     def reset(self) -> None:
         self._known_live = frozenset()
         self._last_review = time.monotonic()
+        self._destined.clear()
 
     async def step(self, state: ControlState, epoch: int, controller_id: str,
                    append: Append) -> bool:
@@ -59,10 +63,19 @@ class Reconciler:
             return True  # let every worker find the new leader before assigning anything
         live = frozenset(self._registry.live())
         review = time.monotonic() - self._last_review >= LOAD_REVIEW_S
-        allow_moves = live != self._known_live or review
+        joined = live - self._known_live
+        # Moves only for a periodic load review (anywhere) or towards workers that joined;
+        # a worker leaving moves nothing but its own partitions.
+        allow_moves = bool(joined) or review
+        receivers = None if review else joined
         result = plan(state, self._discoveries.desired(), live, self._registry.reports(),
                       self._registry.loads(),
-                      expired=self._registry.expired(state.workers()), allow_moves=allow_moves)
+                      expired=self._registry.expired(state.workers()), allow_moves=allow_moves,
+                      destined=self._destined, receivers=receivers)
+        for key in [k for k in self._destined if k in state.owners or k not in
+                    self._discoveries.desired()]:
+            del self._destined[key]  # arrived (or gone)
+        self._destined.update(result.moving)
         for worker in result.expire:
             log.warning("worker %s: lease expired; its partitions are reassigned", worker)
             if not await self._emit(append, epoch, controller_id,

@@ -72,6 +72,9 @@ class ControllerService:
         self.telemetry: Telemetry | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._wake = asyncio.Event()
+        #: The epoch whose leader has finished taking office (seeding the log on the first
+        #: term); until then this controller answers the APIs as a non-leader.
+        self._ready_epoch: int | None = None
 
     # -- the context the APIs need ------------------------------------------------------
     @property
@@ -81,7 +84,11 @@ class ControllerService:
 
     @property
     def is_leader(self) -> bool:
-        return self._election is not None and self._election.is_leader
+        """Elected and in office: a fresh leader first seeds the log from the file, and
+        until that is written nobody may read or change flows through it (a ListFlows that
+        answered in between showed no flows, and a CreateFlow could overtake the seed)."""
+        return (self._election is not None and self._election.is_leader
+                and self._ready_epoch == self._election.leading_epoch)
 
     async def append(self, record: control_pb2.ControlRecord) -> tuple[int, Outcome]:
         assert self._control is not None
@@ -93,6 +100,11 @@ class ControllerService:
         if self.is_leader:
             return self.state.epoch
         state = self.state
+        if self._election is not None and self._election.is_leader:
+            # Elected but still seeding the log: no redirect (it would point back here).
+            await context.abort(grpc.StatusCode.UNAVAILABLE,
+                                f"controller {self.controller_id} was just elected and is "
+                                "taking office; retry shortly")
         address = state.leader_address or ""
         if address:
             context.set_trailing_metadata((("leader-address", address),))
@@ -162,11 +174,21 @@ class ControllerService:
 
     # -- leadership ---------------------------------------------------------------------
     async def _leadership_changed(self, leading: bool) -> None:
+        self._ready_epoch = None
         self.registry.reset()
         self._reconciler.reset()
-        if leading and not self.state.seeded:
-            await self._seed()
+        if leading:
+            await self._take_office()
         self._wake.set()
+
+    async def _take_office(self) -> None:
+        """Seed the log on the first term ever, then serve as leader (retried by the
+        reconcile loop if the seeding failed)."""
+        assert self._election is not None
+        epoch = self._election.leading_epoch
+        if not self.state.seeded:
+            await self._seed()
+        self._ready_epoch = epoch
 
     async def _seed(self) -> None:
         epoch = self.state.epoch
@@ -197,6 +219,12 @@ class ControllerService:
     async def _reconcile_loop(self) -> None:
         while True:
             self._wake.clear()
+            if (self._election is not None and self._election.is_leader
+                    and not self.is_leader):
+                try:
+                    await self._take_office()
+                except Exception as exc:
+                    log.warning("taking office failed (%r); retrying", exc)
             if self.is_leader and self._election is not None:
                 try:
                     if not await self._reconciler.step(self.state, self.state.epoch,

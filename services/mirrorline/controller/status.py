@@ -54,12 +54,27 @@ def flow_summary(record: FlowRecord, partitions: list[flows_pb2.PartitionStatus]
         state = flows_pb2.FLOW_STATE_RUNNING
     else:
         state = flows_pb2.FLOW_STATE_STARTING
+        if not mine and not errors:
+            errors.append(_why_no_partitions(record, discoveries))
     return admin_pb2.FlowSummary(
         flow=record.name, state=state, error="; ".join(errors)[:2000], partitions=len(mine),
         lag_records=sum(p.lag_records for p in mine if p.lag_records > 0),
         max_lag_ms=max((p.lag_ms for p in mine), default=0.0),
         records_per_second=sum(p.records_per_second for p in mine),
         bytes_per_second=sum(p.bytes_per_second for p in mine))
+
+
+def _why_no_partitions(record: FlowRecord, discoveries: Discoveries) -> str:
+    """A flow starting with no partitions: say what it waits for (a reverse flow created by
+    a failback typically waits for its topics to appear on the new primary)."""
+    tracked = discoveries.flows.get(record.name)
+    if tracked is None or tracked.result is None:
+        return "waiting: the flow's topics are being discovered"
+    if not tracked.result.topics:
+        topics = record.properties.get("topics", ".*")
+        return (f"waiting: no topic on {record.source} matches the flow's topic filter "
+                f"(topics = {topics}); the flow starts when one appears")
+    return "waiting: its partitions are not assigned yet (is a replicator worker running?)"
 
 
 def report(state: ControlState, registry: WorkerRegistry, discoveries: Discoveries, *,

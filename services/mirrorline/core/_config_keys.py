@@ -121,6 +121,44 @@ WORKER_KEYS: Final = frozenset({"offset.storage.replication.factor", "offset.flu
 #: Flow-level (connector) keys with an effect: everything defaulted above except worker keys.
 FLOW_KEYS: Final = (frozenset(MM2_DEFAULTS) | frozenset(HEARTBEAT_SERVICE_DEFAULTS)) - WORKER_KEYS
 
+#: MM2's deprecated filter keys (KIP-629) -> the key that replaced them. MM2 still reads them
+#: when the new key is absent anywhere in the flow's properties; the new key wins otherwise.
+DEPRECATED_ALIASES: Final[Mapping[str, str]] = MappingProxyType({
+    "topics.blacklist": "topics.exclude",
+    "groups.blacklist": "groups.exclude",
+    "config.properties.blacklist": "config.properties.exclude",
+})
+
+#: Keys people write believing MM2 has them; MM2's include lists were always `topics` and
+#: `groups`, so MM2 drops these silently (and so does Mirrorline, with a warning).
+NEVER_MM2_KEYS: Final[Mapping[str, str]] = MappingProxyType({
+    "topics.whitelist": "topics",
+    "groups.whitelist": "groups",
+})
+
+#: `source.cluster.alias` / `target.cluster.alias`: connector keys that MM2's dedicated mode
+#: fills in only when absent, so a top-level or flow-level value changes the aliases used in
+#: topic names.
+NAMING_ALIAS_KEYS: Final = frozenset({"source.cluster.alias", "target.cluster.alias"})
+
+#: Flow keys Mirrorline parses and checks but does not act on yet (it does not emit
+#: heartbeats, nor sync topic configs or ACLs periodically).
+NOT_YET_ACTED_ON: Final[Mapping[str, str]] = MappingProxyType({
+    "sync.topic.configs.enabled": "topic configs are copied when a remote topic is created, "
+                                  "not kept in sync",
+    "sync.topic.configs.interval.seconds": "topic configs are copied when a remote topic is "
+                                           "created, not kept in sync",
+    "sync.topic.acls.enabled": "ACLs are not synced by the replicator",
+    "sync.topic.acls.interval.seconds": "ACLs are not synced by the replicator",
+    "emit.heartbeats.enabled": "Mirrorline emits no heartbeats yet (it only decides, as in "
+                               "MM2, which flows a top-level enabled=true switches on)",
+    "emit.heartbeats.interval.seconds": "Mirrorline emits no heartbeats yet",
+    "heartbeats.topic.replication.factor": "Mirrorline emits no heartbeats yet",
+})
+
+#: `config.providers` and `config.providers.<name>.*`: how secrets are resolved.
+PROVIDER_PREFIX: Final = "config.providers"
+
 CLIENT_PREFIXES: Final = ("consumer.", "producer.", "admin.")
 
 #: MM2 properties that merely look like client overrides (`consumer.poll.timeout.ms` is *not*
@@ -136,12 +174,12 @@ FILTER_CLASSES: Final[Mapping[str, frozenset[str]]] = MappingProxyType({
 
 #: Keys MM2 / Kafka Connect know that do nothing in Mirrorline (exact names).
 _NO_EFFECT_KEYS: Final = frozenset({
-    "tasks.max", "tasks.max.enforce", "name", "connector.class", "source.cluster.alias",
-    "target.cluster.alias", "forwarding.admin.class", "metric.reporters",
+    "tasks.max", "tasks.max.enforce", "name", "connector.class", "forwarding.admin.class",
+    "metric.reporters",
     "auto.include.jmx.reporter", "config.action.reload", "exactly.once.support",
     "exactly.once.source.support", "transaction.boundary", "transaction.boundary.interval.ms",
     "offsets.storage.topic", "group.id", "client.id", "offset.flush.timeout.ms",
-    "dedicated.mode.enable.internal.rest", "listeners", "admin.listeners", "config.providers",
+    "dedicated.mode.enable.internal.rest", "listeners", "admin.listeners",
     "key.converter", "value.converter", "header.converter", "transforms", "predicates",
     "plugin.path", "plugin.discovery", "connector.client.config.override.policy",
     "scheduled.rebalance.max.delay.ms", "connect.protocol", "heartbeat.interval.ms",
@@ -154,7 +192,7 @@ _NO_EFFECT_KEYS: Final = frozenset({
 _NO_EFFECT_PREFIXES: Final = (
     "key.converter.", "value.converter.", "header.converter.", "transforms.", "predicates.",
     "errors.", "topic.creation.", "offset.storage.", "status.storage.", "config.storage.",
-    "config.providers.", "rest.", "listeners.", "admin.listeners.", "worker.", "task.",
+    "rest.", "listeners.", "admin.listeners.", "worker.", "task.",
     "tasks.", "metrics.", "inter.worker.",
 )
 
@@ -190,9 +228,15 @@ def _is_no_effect(key: str) -> bool:
     return key in _NO_EFFECT_KEYS or key.startswith(_NO_EFFECT_PREFIXES)
 
 
+def is_provider_key(key: str) -> bool:
+    return key == PROVIDER_PREFIX or key.startswith(PROVIDER_PREFIX + ".")
+
+
 def top_level_status(key: str) -> Status:
     """Classify a key written without any cluster or flow prefix."""
     if key in ("clusters", "use.defaults.from") or key in FLOW_KEYS or key in WORKER_KEYS:
+        return Status.USED
+    if key in DEPRECATED_ALIASES or key in NAMING_ALIAS_KEYS or is_provider_key(key):
         return Status.USED
     if is_connection_key(key) or is_client_key(key):
         return Status.USED
@@ -203,7 +247,7 @@ def top_level_status(key: str) -> Status:
 
 def flow_level_status(rest: str) -> Status:
     """Classify the part after `<src>-><tgt>.`; connection keys do nothing there."""
-    if is_connection_key(rest) or rest == "clusters":
+    if is_connection_key(rest) or rest == "clusters" or is_provider_key(rest):
         return Status.NO_EFFECT
     return top_level_status(rest)
 
@@ -212,6 +256,7 @@ def cluster_level_status(rest: str) -> Status:
     """Classify the part after `<alias>.`: connection, client and worker keys only."""
     if is_connection_key(rest) or rest.startswith(CLIENT_PREFIXES) or rest in WORKER_KEYS:
         return Status.USED
-    if rest in FLOW_KEYS or rest == "clusters" or _is_no_effect(rest):
+    if (rest in FLOW_KEYS or rest in DEPRECATED_ALIASES or rest == "clusters"
+            or _is_no_effect(rest)):
         return Status.NO_EFFECT
     return Status.UNKNOWN

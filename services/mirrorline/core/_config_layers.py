@@ -123,6 +123,15 @@ def _judge(entry: Property, layers: Layers, aliases: tuple[str, ...]) -> str | N
         statuses.append(keys.top_level_status(key))
     if keys.Status.USED in statuses:
         return None
+    never = next((k for k in (key, *(key[len(a) + 1:] for a in owners))
+                  if k in keys.NEVER_MM2_KEYS), None)
+    if never is not None:
+        return _never_mm2(never)
+    naming = next((key[len(a) + 1:] for a in owners
+                   if key[len(a) + 1:] in keys.NAMING_ALIAS_KEYS), None)
+    if naming is not None:
+        return (f"{naming} has an effect only at top level or per flow "
+                f"(<source>-><target>.{naming}); per cluster MM2 ignores it too")
     if owners and any(key[len(a) + 1:] in keys.FLOW_KEYS for a in owners):
         alias = owners[0]
         rest = key[len(alias) + 1:]
@@ -142,8 +151,24 @@ def _judge(entry: Property, layers: Layers, aliases: tuple[str, ...]) -> str | N
 def _message(status: keys.Status, rest: str) -> str | None:
     if status is keys.Status.USED:
         return None
+    if rest in keys.NEVER_MM2_KEYS:
+        return _never_mm2(rest)
     if status is keys.Status.NO_EFFECT:
         return keys.NO_EFFECT
     if rest.startswith("mirrorline."):
         return _UNKNOWN_MIRRORLINE
     return _UNKNOWN
+
+
+def _never_mm2(key: str) -> str:
+    include = keys.NEVER_MM2_KEYS[key]
+    return (f"{key} was never an MM2 key (MM2's include list has always been {include}); "
+            f"MM2 ignores it and so does Mirrorline -- write {include} instead")
+
+
+def cluster_connection(layers: Layers, alias: str) -> dict[str, str]:
+    """Connection keys of one cluster: top-level values overlaid by `<alias>.` values."""
+    connection = {k: e.value for k, e in layers.top.items() if keys.is_connection_key(k)}
+    connection.update({k: e.value for k, e in layers.cluster(alias).items()
+                       if keys.is_connection_key(k)})
+    return connection

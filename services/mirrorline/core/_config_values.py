@@ -22,8 +22,7 @@ SECURITY_PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 _INTEGER: Final = re.compile(r"[+-]?[0-9]+")
 # Kafka topic names may contain only these; aliases and separators end up inside topic names.
 _TOPIC_CHARS: Final = re.compile(r"[A-Za-z0-9._-]+")
-# What Kafka's ConfigTransformer treats as a config-provider reference.
-_PROVIDER_REF: Final = re.compile(r"\$\{[^}]*?:(?:[^}]*?:)?[^}]*?\}")
+_INLINE_COMMENT: Final = re.compile(r"\s#")
 _JAVA_LONG_MAX: Final = 2**63 - 1
 _JAVA_SHORT_MAX: Final = 2**15 - 1
 
@@ -37,10 +36,6 @@ def shown(key: str, value: str) -> str:
     return "[hidden]" if keys.is_secret(key) else repr(value)
 
 
-def has_provider_reference(value: str) -> bool:
-    return _PROVIDER_REF.search(value) is not None
-
-
 def parse_bool(value: str) -> bool:
     """ConfigDef BOOLEAN: `true`/`false` in any case; anything else is an error."""
     lowered = value.lower()
@@ -49,6 +44,29 @@ def parse_bool(value: str) -> bool:
     if lowered == "false":
         return False
     raise BadValue("must be true or false")
+
+
+def has_inline_comment(value: str) -> bool:
+    """Whether `value` looks like it carries a `# comment` (Java properties have none)."""
+    return _INLINE_COMMENT.search(value) is not None
+
+
+def parse_enabled(value: str) -> bool:
+    """`enabled` of a flow: MM2's dedicated mode decides with Java's `Boolean.parseBoolean`,
+    so `false # passive` (and even `true # active`) is false. Values without such a comment
+    stay strict: `yes` is far more likely a mistake than a wish for false."""
+    if has_inline_comment(value):
+        return value.lower() == "true"
+    return parse_bool(value)
+
+
+def parse_naming_alias(value: str) -> str:
+    """`source.cluster.alias` / `target.cluster.alias`: empty (names without a prefix) or
+    characters allowed in topic names."""
+    if value and not _TOPIC_CHARS.fullmatch(value):
+        raise BadValue("may contain only the characters allowed in topic names "
+                       "(letters, digits, '.', '_', '-'), or be empty")
+    return value
 
 
 def parse_non_negative(value: str, *, maximum: int = _JAVA_LONG_MAX) -> int:
@@ -115,9 +133,8 @@ def parse_policy_class(value: str) -> PolicyKind:
 
 
 def parse_separator(value: str) -> str:
-    if not value:
-        raise BadValue("must not be empty")
-    if not _TOPIC_CHARS.fullmatch(value):
+    """Empty is allowed, as in MM2 (names become `<alias><topic>`); the loader warns."""
+    if value and not _TOPIC_CHARS.fullmatch(value):
         raise BadValue("may contain only the characters allowed in topic names "
                        "(letters, digits, '.', '_', '-')")
     return value
@@ -162,6 +179,9 @@ EXACT: Final[dict[str, Callable[[str], object]]] = {
     **{key: parse_bool for key, default in keys.DEFAULTS.items()
        if default in ("true", "false")},
     **{key: _filter_class(key) for key in keys.FILTER_CLASSES},
+    "enabled": parse_enabled,
+    "source.cluster.alias": parse_naming_alias,
+    "target.cluster.alias": parse_naming_alias,
 }
 
 

@@ -30,6 +30,10 @@ last committed offset. This module therefore tries to move as little as possible
 `allow_moves` is the controller's policy knob: it passes True only when the set of workers
 changes or on its periodic load review, and False otherwise, so adding a topic (or partitions)
 places the new partitions on the least loaded workers and never moves an existing one.
+`receivers` narrows the moves further: when workers join, only they receive partitions, so a
+join never shuffles partitions between workers that were already there (their measured loads
+may still be skewed by a recent hand-over's catch-up); evening those out is the periodic
+review's job.
 
 Everything is deterministic: inputs are sorted, ties are broken by worker id and partition key,
 and loads are summed exactly (as integers scaled from the float measurements), so the same
@@ -165,13 +169,14 @@ class _State:
         w = min(candidates, key=lambda c: (abs(gap - 2 * c), c))
         return held[bisect_left(held, w, key=lambda item: item[0])][1]
 
-    def rebalance(self, tolerance: Fraction) -> None:
-        """Move partitions to the least loaded worker while a worker is outside the band."""
+    def rebalance(self, tolerance: Fraction, receivers: list[str]) -> None:
+        """Move partitions to the least loaded of `receivers` while a worker is outside the
+        band."""
         fair = _fair_share(self.weights.values(), len(self.workers))
         upper = fair * (1 + tolerance)
         lower = fair * (1 - tolerance)
-        while True:
-            receiver = min(self.workers, key=lambda w: (self.load[w], self.count(w), w))
+        while receivers:
+            receiver = min(receivers, key=lambda w: (self.load[w], self.count(w), w))
             floor = self.load[receiver]
             donors = sorted(self.workers, key=lambda w: (-self.load[w], -self.count(w), w))
             if floor >= lower:  # nobody is too light: only workers above the band give
@@ -194,6 +199,7 @@ def assign(
     *,
     allow_moves: bool = True,
     tolerance: float = DEFAULT_TOLERANCE,
+    receivers: Collection[str] | None = None,
 ) -> dict[PartitionKey, str]:
     """The owner of every partition in `partitions`, keeping `current` owners where possible.
 
@@ -201,6 +207,7 @@ def assign(
     (their partitions are placed again). `loads` are bytes/s per partition. With `allow_moves`
     the result is rebalanced until every worker is within `tolerance` (a fraction of the fair
     share) or no single move helps; without it, only new and orphaned partitions are placed.
+    `receivers` (default: every worker) are the only workers a move may go to.
     The result is ordered by partition key.
     """
     if not (math.isfinite(tolerance) and tolerance >= 0):
@@ -219,7 +226,8 @@ def assign(
             unplaced.append(p)
     state.place(unplaced)
     if allow_moves:
-        state.rebalance(Fraction(tolerance))
+        state.rebalance(Fraction(tolerance), live if receivers is None
+                        else sorted(set(receivers) & set(live)))
     return {p: state.owner[p] for p in weights}
 
 

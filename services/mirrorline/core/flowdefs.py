@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from mirrorline.core._config_keys import FLOW_KEYS
+from mirrorline.core._config_keys import DEPRECATED_ALIASES, FLOW_KEYS
 from mirrorline.core.config import parse_config
 from mirrorline.core.errors import ConfigError
 from mirrorline.core.properties import format_property
@@ -24,6 +24,7 @@ from mirrorline.core.settings import FlowSettings, MirrorSettings
 
 #: Properties that make up a flow definition ("enabled" is the flow's existence itself).
 DEFINITION_KEYS = frozenset(FLOW_KEYS - {"enabled"})
+_DEPRECATED_OF = {new: old for old, new in DEPRECATED_ALIASES.items()}
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,9 @@ def file_definitions(settings: MirrorSettings) -> dict[str, Definition]:
         props: dict[str, str] = {}
         for key in sorted(DEFINITION_KEYS):
             value = raw.get(f"{name}.{key}", raw.get(key))
+            if value is None and key in _DEPRECATED_OF:  # `topics.blacklist` & co.
+                old = _DEPRECATED_OF[key]
+                value = raw.get(f"{name}.{old}", raw.get(old))
             if value is not None:
                 props[key] = value.strip()
         out[name] = Definition(flow.source, flow.target, props)
@@ -56,8 +60,12 @@ def file_definitions(settings: MirrorSettings) -> dict[str, Definition]:
 
 def file_defaults(settings: MirrorSettings) -> dict[str, str]:
     """The file's top-level flow properties: what a flow created later starts from."""
-    return {key: value.strip() for key, value in sorted(settings.raw.items())
-            if key in DEFINITION_KEYS}
+    out = {key: value.strip() for key, value in sorted(settings.raw.items())
+           if key in DEFINITION_KEYS}
+    for old, new in DEPRECATED_ALIASES.items():
+        if new not in out and old in settings.raw:
+            out[new] = settings.raw[old].strip()
+    return out
 
 
 def check_keys(properties: Mapping[str, str]) -> None:

@@ -44,7 +44,6 @@ DEFAULT_SEPARATOR: Final = "."
 _HEARTBEATS: Final = "heartbeats"
 #: Mirrorline's canary topic (no MM2 counterpart); named and renamed like heartbeats.
 _CANARY: Final = "mirrorline-canary"
-_SEPARATOR_KEY: Final = "replication.policy.separator"
 
 _JAVA_PACKAGE: Final = "org.apache.kafka.connect.mirror."
 
@@ -139,8 +138,13 @@ class ReplicationPolicy(ABC):
 
 
 def _java_split(text: str, sep: str) -> list[str]:
-    """``text.split(Pattern.quote(sep))`` as Java computes it (limit 0)."""
-    parts = text.split(sep)
+    """``text.split(Pattern.quote(sep))`` as Java computes it (limit 0).
+
+    An empty separator matches between every two characters, so Java yields one piece per
+    character (`"orders"` -> `o, r, d, e, r, s`): every name of two or more characters then
+    reads as remote, from a one-character "cluster".
+    """
+    parts = list(text) if sep == "" else text.split(sep)
     while parts and parts[-1] == "":
         parts.pop()
     # Java returns [""] for an empty input (no match found); Python agrees, but the loop
@@ -162,10 +166,8 @@ class DefaultReplicationPolicy(ReplicationPolicy):
             self._sep = DEFAULT_SEPARATOR
             self._isep = DEFAULT_SEPARATOR
         else:
-            if separator == "":
-                # Java would split every name into single characters; no deployment can
-                # mean that, so refuse it where the operator can see the key.
-                raise ConfigError(_SEPARATOR_KEY, "the separator must not be empty")
+            # An empty separator is legal in MM2: names are `<alias><topic>`, and reading a
+            # name back splits it into single characters (see `_java_split`).
             self._sep = separator
             self._isep = separator if internal_topic_separator_enabled else DEFAULT_SEPARATOR
 

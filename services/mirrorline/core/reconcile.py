@@ -10,6 +10,13 @@ no longer lists the partition, and it has made its progress durable before repor
 or its lease expired, and a worker whose lease ran out has already stopped by itself.
 So no two workers ever copy the same partition at once; the new owner resumes from the
 progress the old one recorded.
+
+A move therefore spans rounds: revoke now, grant once released. The round that decided the
+move names the new owner (`Plan.moving`); the caller hands that back as `destined`, and the
+released partition goes there -- not to whichever worker looks least loaded by then. Placing
+it afresh would let a partition taken from one survivor for a newly joined worker land on
+another survivor instead (measured loads shift while the moves are under way), so more
+would move than had to.
 """
 
 from __future__ import annotations
@@ -35,6 +42,8 @@ class Plan:
     revoke: dict[tuple[str, str], dict[PartitionKey, str]] = field(default_factory=dict)
     #: (flow, worker) -> partitions to give (key -> remote topic)
     grant: dict[tuple[str, str], dict[PartitionKey, str]] = field(default_factory=dict)
+    #: Partitions revoked to move them: key -> the worker they are meant for.
+    moving: dict[PartitionKey, str] = field(default_factory=dict)
 
     @property
     def empty(self) -> bool:
@@ -43,8 +52,14 @@ class Plan:
 
 def plan(state: ControlState, desired: Mapping[PartitionKey, str], live: Collection[str],
          reports: Mapping[str, WorkerReport], loads: Mapping[PartitionKey, float], *,
-         expired: Collection[str], allow_moves: bool) -> Plan:
-    """The next step towards `desired`; call again after its events are applied."""
+         expired: Collection[str], allow_moves: bool,
+         destined: Mapping[PartitionKey, str] | None = None,
+         receivers: Collection[str] | None = None) -> Plan:
+    """The next step towards `desired`; call again after its events are applied.
+
+    `destined`: the `moving` of earlier plans; a released partition goes to the worker it was
+    meant for while that worker lives. `receivers`: the only workers moves may go to (see
+    `assign`)."""
     result = Plan()
     live = set(live)
     holding = state.workers()
@@ -79,8 +94,12 @@ def plan(state: ControlState, desired: Mapping[PartitionKey, str], live: Collect
     # Partitions held by a worker that is neither live nor expired yet stay where they
     # are: its lease decides, not this round.
     held_elsewhere = {k for k in assignable if k in owners and owners[k].worker_id not in live}
-    target = assign(current, [k for k in assignable if k not in held_elsewhere], live, loads,
-                    allow_moves=allow_moves)
+    # A released partition that was moved for a reason goes where that reason sent it.
+    sticky = dict(current)
+    sticky.update({k: w for k, w in (destined or {}).items()
+                   if w in live and k in assignable and k not in owners})
+    target = assign(sticky, [k for k in assignable if k not in held_elsewhere], live, loads,
+                    allow_moves=allow_moves, receivers=receivers)
     grant: dict[tuple[str, str], dict[PartitionKey, str]] = defaultdict(dict)
     for key, worker in target.items():
         previous = current.get(key)
@@ -88,6 +107,7 @@ def plan(state: ControlState, desired: Mapping[PartitionKey, str], live: Collect
             grant[(key.flow, worker)][key] = desired[key]
         elif previous != worker:  # a move: release first, grant in a later round
             revoke[(key.flow, previous)][key] = owners[key].remote_topic
+            result.moving[key] = worker
     result.revoke = dict(revoke)
     result.grant = dict(grant)
     return result

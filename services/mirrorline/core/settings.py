@@ -114,6 +114,11 @@ class FlowSettings:
     properties: Mapping[str, str] = field(default_factory=dict)
     #: Upper bound for each admin-client call (MM2's `admin.timeout.ms`, default 60000).
     admin_timeout_ms: int = 60000
+    #: MM2's `source.cluster.alias` / `target.cluster.alias` when the file sets them (top level
+    #: or per flow): the aliases that go into topic names (remote topics, checkpoints and
+    #: offset-syncs topics, cycle detection). None: the flow's own cluster alias, as in MM2.
+    source_cluster_alias: str | None = None
+    target_cluster_alias: str | None = None
     #: The heartbeat service's canary and audit (Mirrorline keys, no MM2 equivalent).
     canary: CanarySettings = field(default_factory=CanarySettings)
     audit: AuditSettings = field(default_factory=AuditSettings)
@@ -121,6 +126,16 @@ class FlowSettings:
     @property
     def name(self) -> str:
         return f"{self.source}->{self.target}"
+
+    @property
+    def naming_source(self) -> str:
+        """The source alias as it appears in topic names (`source.cluster.alias`)."""
+        return self.source if self.source_cluster_alias is None else self.source_cluster_alias
+
+    @property
+    def naming_target(self) -> str:
+        """The target alias as it appears in topic names (`target.cluster.alias`)."""
+        return self.target if self.target_cluster_alias is None else self.target_cluster_alias
 
 
 @dataclass(frozen=True)
@@ -149,6 +164,10 @@ class MirrorSettings:
     raw: Mapping[str, str] = field(default_factory=dict)
     #: `mirrorline.deployment`: names this deployment's control-plane topics (None: default).
     deployment: str | None = None
+    #: Every value a config provider resolved: secrets, hidden wherever a value is shown.
+    secret_values: frozenset[str] = field(default=frozenset(), repr=False)
+    #: The line each key of `raw` was (last) set on, for messages found after loading.
+    lines: Mapping[str, int] = field(default_factory=dict, repr=False)
 
     def enabled_flows(self, targets: tuple[str, ...] | None = None) -> list[FlowSettings]:
         """Enabled flows, optionally only those whose target is in `targets` (like `--clusters`)."""

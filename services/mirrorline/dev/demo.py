@@ -18,8 +18,35 @@ from pathlib import Path
 from aiokafka import AIOKafkaProducer
 
 from mirrorline.dev.brokers import LocalBroker, start_broker, stop_broker_async
+from mirrorline.dev.portcheck import holder, is_free
 from mirrorline.kafka.admin import ClusterAdmin, TopicSpec
 from mirrorline.kafka.watermarks import high_watermarks, totals
+from mirrorline.ports import GRPC_PORTS, run_ports
+
+#: `mirrorline run`'s default of two replicator workers.
+_WORKERS = 2
+#: Port offsets tried, in order, when a default port is taken.
+_OFFSETS = tuple(range(0, 10_000, 1000))
+
+
+class PortsTaken(RuntimeError):
+    """No set of ports for the demo's services is free; the message names one and its
+    holder."""
+
+
+def pick_port_offset() -> int:
+    """The first `--port-offset` at which every port `mirrorline run` needs is free."""
+    first_taken: tuple[str, int] | None = None
+    for offset in _OFFSETS:
+        taken = [(use, port) for use, port in run_ports(_WORKERS, offset).items()
+                 if not is_free(port)]
+        if not taken:
+            return offset
+        first_taken = first_taken or taken[0]
+    assert first_taken is not None
+    use, port = first_taken
+    raise PortsTaken(f"port {port} ({use}) is in use by {holder(port)}, and so is a port "
+                     f"of every alternative ({len(_OFFSETS)} port offsets tried)")
 
 #: topic -> (partitions, records). `audit.internal` is there to show the default excludes.
 SAMPLE_TOPICS = {
@@ -78,13 +105,17 @@ def _table(source: dict[str, int], target: dict[str, int]) -> str:
     return "\n".join(lines)
 
 
-async def watch(primary: LocalBroker, backup: LocalBroker, *, timeout: float) -> bool:
+async def watch(primary: LocalBroker, backup: LocalBroker, *, timeout: float,
+                run: asyncio.subprocess.Process | None = None) -> bool:
     started = time.monotonic()
     source = totals(await high_watermarks({"bootstrap_servers": primary.bootstrap},
                                           SAMPLE_TOPICS))
     remote = [f"primary.{t}" for t in SAMPLE_TOPICS if t != "audit.internal"]
     tty = sys.stdout.isatty()
     while time.monotonic() - started < timeout:
+        if run is not None and run.returncode is not None:
+            print(f"mirrorline run exited with status {run.returncode}", file=sys.stderr)
+            return False
         target = totals(await high_watermarks({"bootstrap_servers": backup.bootstrap}, remote))
         table = _table(source, target)
         elapsed = time.monotonic() - started
@@ -105,6 +136,17 @@ async def run_demo(workdir: Path, *, timeout: float = 180.0) -> int:
     brokers: list[LocalBroker] = []
     run: asyncio.subprocess.Process | None = None
     try:
+        offset = await asyncio.to_thread(pick_port_offset)
+    except PortsTaken as exc:
+        print(f"mirrorline: cannot start the demo: {exc}", file=sys.stderr)
+        return 1
+    if offset:
+        taken = [f"{port} ({use})" for use, port in run_ports(_WORKERS).items()
+                 if not is_free(port)]
+        print(f"default port {taken[0] if taken else '?'} is in use; the demo's services use "
+              f"--port-offset {offset} (controller on {GRPC_PORTS['controller'] + offset})")
+    server = f"127.0.0.1:{GRPC_PORTS['controller'] + offset}"
+    try:
         print("starting local clusters 'primary' and 'backup' (Tansu)...", flush=True)
         primary = await start_broker("primary", log_dir=workdir / "logs")
         brokers.append(primary)
@@ -119,14 +161,16 @@ async def run_demo(workdir: Path, *, timeout: float = 180.0) -> int:
         log = await asyncio.to_thread(open, workdir / "logs" / "mirrorline-run.log", "w")
         run = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "mirrorline", "run", "--config", str(config),
+            "--workers", str(_WORKERS), "--port-offset", str(offset),
             stdout=log, stderr=log, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        ok = await watch(primary, backup, timeout=timeout)
+        ok = await watch(primary, backup, timeout=timeout, run=run)
         if not ok:
-            print(f"see {log.name}", file=sys.stderr)
+            tail = await asyncio.to_thread(_tail, Path(log.name))
+            print(f"last lines of {log.name}:\n{tail}", file=sys.stderr)
             return 1
         print("\nthe control plane's view -- mirrorline admin status:", flush=True)
         admin = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "mirrorline", "admin", "status")
+            sys.executable, "-m", "mirrorline", "admin", "--server", server, "status")
         await admin.wait()
         return 0
     finally:
@@ -142,3 +186,10 @@ async def run_demo(workdir: Path, *, timeout: float = 180.0) -> int:
             await stop_broker_async(broker.pid)
         if brokers:
             print("stopped the local clusters")
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError as exc:
+        return f"(cannot read it: {exc})"

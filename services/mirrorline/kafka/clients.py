@@ -24,15 +24,17 @@ import os
 import re
 import ssl
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 from aiokafka.codec import has_gzip, has_lz4, has_snappy, has_zstd
 
 from mirrorline.core.errors import ConfigError
+from mirrorline.kafka import tls
 from mirrorline.kafka._jaas import LoginModule, parse_jaas
 
-__all__ = ["ClientKwargs", "admin_kwargs", "consumer_kwargs", "producer_kwargs"]
+__all__ = ["ClientKwargs", "admin_kwargs", "consumer_kwargs", "mark_reported",
+           "producer_kwargs"]
 
 #: (aiokafka keyword arguments, Java keys that have no aiokafka equivalent and were ignored).
 log = logging.getLogger(__name__)
@@ -48,16 +50,18 @@ _COMPRESSION: Final[Mapping[str, tuple[Callable[[], bool], str]]] = {
     "lz4": (has_lz4, "the Python package 'cramjam'"),
     "zstd": (has_zstd, "the Python package 'cramjam'"),
 }
-_CONVERT_HINT: Final = (
-    "Mirrorline reads PEM only; convert the store (e.g. `keytool -importkeystore -srckeystore "
-    "store.jks -destkeystore store.p12 -deststoretype PKCS12` then `openssl pkcs12 -in "
-    "store.p12 -out store.pem`) and set {type_key}=PEM")
 
 # Reads one Java value as its aiokafka value; raises ConfigError naming the key.
 _Reader = Callable[["_Config", str], Any]
 
 
 _warned: set[str] = set()
+
+
+def mark_reported(keys: Iterable[str]) -> None:
+    """These ignored settings were already reported (by the configuration check), so
+    `build` does not log them again."""
+    _warned.update(keys)
 
 
 def build(translate: Callable[[Mapping[str, str]], ClientKwargs], cfg: Mapping[str, str],
@@ -337,9 +341,9 @@ def _store_type(c: _Config, type_key: str) -> str | None:
     if store_type is None:
         return None
     store_type = store_type.upper()
-    if store_type != "PEM":
-        raise ConfigError(type_key, f"{store_type} stores are not supported. "
-                          + _CONVERT_HINT.format(type_key=type_key))
+    if store_type not in tls.STORE_TYPES:
+        raise ConfigError(type_key, f"invalid value {store_type!r}: must be PEM, PKCS12 or "
+                          "JKS")
     return store_type
 
 
@@ -352,7 +356,12 @@ def _trust(c: _Config) -> ssl.SSLContext:
                           "set either ssl.truststore.location or ssl.truststore.certificates")
     if location and store_type is None:
         _require_pem_file(location, "ssl.truststore.location", "ssl.truststore.type")
+    if location and store_type == "JKS":
+        raise ConfigError("ssl.truststore.type", tls.jks_hint(location, "ssl.truststore.type"))
     try:
+        if location and store_type == "PKCS12":
+            return ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cadata=tls.pkcs12_trust_pem(
+                location, c.get("ssl.truststore.password")))
         if inline:
             return ssl.create_default_context(ssl.Purpose.SERVER_AUTH,
                                               cadata=_normalise_pem(inline))
@@ -381,7 +390,12 @@ def _identity(c: _Config, context: ssl.SSLContext) -> None:
                           "ssl.keystore.certificate.chain and ssl.keystore.key go together")
     # Never let OpenSSL prompt on the terminal for a missing key password.
     secret: str = password if password is not None else ""
-    if location:
+    if location and store_type == "JKS":
+        raise ConfigError("ssl.keystore.type", tls.jks_hint(location, "ssl.keystore.type"))
+    if location and store_type == "PKCS12":
+        tls.load_pem_chain(context, tls.pkcs12_identity_pem(
+            location, c.get("ssl.keystore.password")), "ssl.keystore.location")
+    elif location:
         if store_type is None:
             _require_pem_file(location, "ssl.keystore.location", "ssl.keystore.type")
         _load_chain(context, location, secret, "ssl.keystore.location", f" from {location}")
@@ -425,8 +439,8 @@ def _require_pem_file(location: str, key: str, type_key: str) -> None:
         raise ConfigError(key, f"cannot read {location}: {_reason(e)}") from None
     if b"-----BEGIN " not in head:
         raise ConfigError(type_key, f"is not set, so Kafka's default JKS applies to "
-                          f"{location}, which is not PEM. " + _CONVERT_HINT.format(
-                              type_key=type_key))
+                          f"{location}, which is not PEM: set {type_key} = PKCS12 for a "
+                          "PKCS12 store; for a JKS store, " + tls.jks_hint(location, type_key))
 
 
 def _normalise_pem(text: str) -> str:

@@ -53,14 +53,14 @@ class TopicDiscovery:
     def selects(self, topic: str) -> bool:
         return should_replicate_topic(
             topic, policy=self.policy, topic_filter=self._topic_filter,
-            target_alias=self.flow.target,
+            target_alias=self.flow.naming_target,
             heartbeats_replication_enabled=self.flow.heartbeats_replication_enabled)
 
     async def refresh(self) -> DiscoveryResult:
         result = DiscoveryResult()
         source_topics = await self._source.topic_partitions()
         selected = {t: n for t, n in source_topics.items() if self.selects(t)}
-        remote = {t: self.policy.format_remote_topic(self.flow.source, t) for t in selected}
+        remote = {t: self.policy.format_remote_topic(self.flow.naming_source, t) for t in selected}
         existing = await self._target.topic_partitions(remote.values())
         missing = [t for t in selected if remote[t] not in existing]
         if missing:

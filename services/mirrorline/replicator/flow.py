@@ -67,7 +67,7 @@ class FlowReplicator:
         """`discover=False`: a controller decides the partitions (`set_partitions`), and
         progress is re-read whenever partitions arrive (another worker may have moved it)."""
         self.flow = flow
-        self.policy = make_policy(flow.policy, flow.source)
+        self.policy = make_policy(flow.policy, flow.naming_source)
         self.worker_id = worker_id
         self.state = FlowState.STARTING
         self.error: str | None = None
@@ -153,7 +153,8 @@ class FlowReplicator:
         self._saved = await self._progress.load()
         if flow.emit_offset_syncs_enabled:
             at_source = flow.offset_syncs_topic_location == "source"
-            topic = self.policy.offset_syncs_topic(flow.target if at_source else flow.source)
+            topic = self.policy.offset_syncs_topic(flow.naming_target if at_source
+                                                else flow.naming_source)
             admin = clients.source_admin if at_source else clients.target_admin
             await admin.ensure_topic(TopicSpec(topic, 1,
                                                flow.offset_syncs_topic_replication_factor,

@@ -1,0 +1,115 @@
+"""`mirrorline config check FILE` and `mirrorline --version`.
+
+`config check` is the `nginx -t` of Mirrorline: it loads the file exactly as the services will
+(config providers resolved, every client setting translated, every TLS store loaded) without
+connecting anywhere, and prints what it understood -- the flows with their topic filters, the
+naming policy with example names, and each client's settings -- so an operator sees MM2's
+meaning of their file before anything runs. Secret values are masked: key names that hold
+passwords, keys and JAAS configs, and every value a config provider resolved.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Mapping
+from typing import Any, TextIO
+
+from mirrorline.core.config import load_config, mask
+from mirrorline.core.errors import ConfigError
+from mirrorline.core.policy import make_policy
+from mirrorline.core.settings import FlowSettings, MirrorSettings
+
+_EXAMPLE_TOPIC = "orders"
+
+
+def register(subparsers: Any) -> None:
+    config = subparsers.add_parser("config", help="check an MM2 properties file")
+    sub = config.add_subparsers(dest="config_command", metavar="COMMAND", required=True)
+    check = sub.add_parser(
+        "check", help="validate a properties file without connecting anywhere and print "
+                      "what it means (flows, topic filters, naming, client settings; secrets "
+                      "masked); exit status 2 on errors")
+    check.add_argument("file", metavar="FILE", help="MM2 dedicated-mode properties file")
+    check.set_defaults(handler=_check)
+
+
+def _check(args: argparse.Namespace) -> int:
+    from mirrorline.kafka.preflight import check_clients
+
+    try:
+        settings = load_config(args.file)
+        client_warnings = check_clients(settings)
+    except ConfigError as exc:
+        print(f"mirrorline: configuration error: {exc}", file=sys.stderr)
+        return 2
+    warnings = (*settings.warnings, *client_warnings)
+    print_summary(settings, sys.stdout, warnings=len(warnings))
+    for warning in warnings:
+        print(f"mirrorline: warning: {args.file}: {warning}", file=sys.stderr)
+    return 0
+
+
+def print_summary(settings: MirrorSettings, out: TextIO, *, warnings: int) -> None:
+    secrets = settings.secret_values
+    enabled = settings.enabled_flows()
+    print(f"{settings.source_path}: OK ({len(enabled)} enabled flow(s), "
+          f"{warnings} warning(s))", file=out)
+    print("clusters:", file=out)
+    for alias, cluster in settings.clusters.items():
+        print(f"  {alias}:", file=out)
+        _print_config(cluster.connection, secrets, out, indent=4)
+    print("flows:", file=out)
+    if not enabled:
+        print("  (none enabled: set <source>-><target>.enabled = true)", file=out)
+    for flow in enabled:
+        _print_flow(flow, secrets, out)
+
+
+def _print_flow(flow: FlowSettings, secrets: frozenset[str], out: TextIO) -> None:
+    policy = make_policy(flow.policy, flow.naming_source)
+    separator = flow.policy.separator
+    print(f"  {flow.name}:", file=out)
+    for key, items in (("topics", flow.topics), ("topics.exclude", flow.topics_exclude),
+                       ("groups", flow.groups), ("groups.exclude", flow.groups_exclude)):
+        print(f"    {key}: {mask(key, _patterns(items), secrets)}", file=out)
+    print(f"    naming: {type(policy).__name__}, separator "
+          f"{'.' if separator is None else separator!r}"
+          + (f", source.cluster.alias {flow.source_cluster_alias!r}"
+             if flow.source_cluster_alias is not None else "")
+          + (f", target.cluster.alias {flow.target_cluster_alias!r}"
+             if flow.target_cluster_alias is not None else ""), file=out)
+    print(f"      {_EXAMPLE_TOPIC} on {flow.source} -> "
+          f"{policy.format_remote_topic(flow.naming_source, _EXAMPLE_TOPIC)} on "
+          f"{flow.target}", file=out)
+    print(f"      checkpoints topic on {flow.target}: "
+          f"{policy.checkpoints_topic(flow.naming_source)}", file=out)
+    at_source = flow.offset_syncs_topic_location == "source"
+    syncs = policy.offset_syncs_topic(flow.naming_target if at_source else flow.naming_source)
+    where = flow.source if at_source else flow.target
+    print(f"      offset-syncs topic on {where}: {syncs}", file=out)
+    print("    refresh: topics "
+          + (f"every {flow.refresh_topics_interval_s:g}s" if flow.refresh_topics_enabled
+             else "once at start")
+          + ", groups "
+          + (f"every {flow.refresh_groups_interval_s:g}s" if flow.refresh_groups_enabled
+             else "once at start"), file=out)
+    c = flow.clients
+    for name, config in (("source consumer", c.source_consumer),
+                         ("source producer", c.source_producer),
+                         ("source admin", c.source_admin),
+                         ("target consumer", c.target_consumer),
+                         ("target producer", c.target_producer),
+                         ("target admin", c.target_admin)):
+        print(f"    {name}:", file=out)
+        _print_config(config, secrets, out, indent=6)
+
+
+def _patterns(items: tuple[str, ...]) -> str:
+    return ", ".join(items) if items else "(nothing)"
+
+
+def _print_config(config: Mapping[str, str], secrets: frozenset[str], out: TextIO, *,
+                  indent: int) -> None:
+    for key in sorted(config):
+        print(f"{' ' * indent}{key} = {mask(key, config[key], secrets)}", file=out)
