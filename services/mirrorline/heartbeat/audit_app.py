@@ -23,6 +23,7 @@ window, so a verdict written twice (a window judged again after a recovery that 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -41,6 +42,8 @@ log = logging.getLogger(__name__)
 
 #: Seconds between judging rounds.
 TICK_S = 0.5
+#: Longest wait for faust to stop (it stops within a second normally).
+STOP_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -126,6 +129,7 @@ class AuditApp:
                                     changelog_topic=changelog)
         self.app.agent(self._events, name=f"audit-{target}")(self._fold)
         self.started = False
+        self._starting: asyncio.Task[None] | None = None
         self._ticker: asyncio.Task[None] | None = None
 
     async def create_topics(self) -> None:
@@ -144,7 +148,11 @@ class AuditApp:
     async def start(self) -> None:
         await self.create_topics()
         self.app.finalize()
-        await self.app.start()
+        # Faust's start runs in a task of its own: interrupting it halfway (SIGTERM during the
+        # group join) leaves services behind that keep the process from exiting, so a stop
+        # lets it finish (bounded) and then stops the app properly.
+        self._starting = asyncio.create_task(self.app.start(), name=f"faust {self.target}")
+        await asyncio.shield(self._starting)
         self.started = True
         self._ticker = asyncio.create_task(self._tick(), name=f"audit ticks {self.target}")
         for name, flow in list(self.flows.items()):
@@ -163,9 +171,12 @@ class AuditApp:
         if self._ticker is not None:
             self._ticker.cancel()
             await asyncio.gather(self._ticker, return_exceptions=True)
-        if self.started:
-            await self.app.stop()
-            self.started = False
+        if self._starting is not None:
+            starting, self._starting, self.started = self._starting, None, False
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(starting), STOP_TIMEOUT_S)
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.app.stop(), STOP_TIMEOUT_S)
 
     async def send(self, event: dict[str, Any]) -> None:
         await self._events.send(value=event)

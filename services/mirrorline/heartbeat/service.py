@@ -231,7 +231,7 @@ class HeartbeatService:
                 await asyncio.wait_for(app.start(), 120)
                 break
             except asyncio.CancelledError:
-                await app.stop()
+                await asyncio.shield(app.stop())
                 raise
             except Exception as exc:
                 reason = f"target cluster {target!r} unreachable for the audit: {exc!r}"
