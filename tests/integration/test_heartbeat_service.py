@@ -441,3 +441,26 @@ async def test_unreachable_cluster_is_never_ok_and_sigterm_stops_quickly(
         assert log.count("'nowhere' unreachable for heartbeats") == 1  # said once, not per retry
     finally:
         await proc.close()
+
+
+async def test_sigterm_while_the_audit_is_still_starting(chain: Chain, tmp_path: Path) -> None:
+    """SIGTERM as soon as the gRPC server answers, while the audit's faust app is still
+    joining its group: the process exits cleanly all the same."""
+    config = tmp_path / "early.properties"
+    config.write_text(mm2_config({a: chain.brokers[a] for a in ("alpha", "charlie")},
+                                 {"alpha->charlie": {"topics": "nothing-here"}},
+                                 mirrorline_deployment="early"))
+    port = free_port()
+    proc = ServiceProcess(["heartbeat", "--config", str(config), "--grpc-port", str(port),
+                           "--metrics-port", "-1"], grpc_port=port,
+                          log_path=tmp_path / "early.log")
+    await proc.start()
+    try:
+        async def answering() -> bool:
+            return await proc.health() is not None
+
+        await wait_for(answering, 30, "the service never answered")
+        await proc.signal(signal.SIGTERM)
+        assert await proc.wait(30) == 0, proc.log_tail()
+    finally:
+        await proc.close()
