@@ -167,7 +167,7 @@ class AuditReader:
                         self.records += 1
                 if not batches:
                     break
-            await self._flush(consumer, part_of, readable, deltas, truncated, expected)
+            await self._flush(consumer, part_of, deltas, truncated, expected)
 
     def _seek(self, consumer: AIOKafkaConsumer,
               part_of: Mapping[TopicPartition, str]) -> dict[TopicPartition, int]:
@@ -179,7 +179,6 @@ class AuditReader:
         return expected
 
     async def _flush(self, consumer: AIOKafkaConsumer, part_of: Mapping[TopicPartition, str],
-                     readable: Mapping[str, int],
                      deltas: Mapping[TopicPartition, dict[str, list[int]]],
                      truncated: Mapping[TopicPartition, int],
                      expected: dict[TopicPartition, int]) -> None:
