@@ -37,6 +37,7 @@ lint: install
 bench: install
 	$(BIN)/python -m bench
 	$(BIN)/python -m bench.control_plane
+	$(BIN)/python -m bench.resume
 
 proto: install
 	mkdir -p services/mirrorline/v1 && touch services/mirrorline/v1/__init__.py

@@ -727,7 +727,7 @@ def test_unknown_keys_are_named() -> None:
     assert "Mirrorline setting" in warnings["mirrorline.future.setting"].message
     assert "not listed in clusters" in warnings["c.bootstrap.servers"].message
     assert "line 4: topcis: " in str(warnings["topcis"])
-    assert {"mirrorline.deployment"} == MIRRORLINE_KEYS
+    assert {"mirrorline.deployment", "mirrorline.resume.tail.match"} == MIRRORLINE_KEYS
 
 
 def test_the_deployment_name_is_read_and_checked() -> None:
@@ -744,7 +744,7 @@ def test_the_deployment_name_is_read_and_checked() -> None:
                                  "offset.storage.topic", "dedicated.mode.enable.internal.rest",
                                  "listeners", "a->b.tasks.max", "b.offset.storage.topic",
                                  "metric.reporters",
-                                 "errors.tolerance", "exactly.once.source.support"])
+                                 "errors.tolerance", "transaction.boundary"])
 def test_keys_without_effect(key: str) -> None:
     settings = load(f"{key} = x\n")
     assert [(w.key, w.message) for w in settings.warnings] == [

@@ -18,8 +18,9 @@ from aiokafka import TopicPartition
 from aiokafka.errors import KafkaConnectionError, MessageSizeTooLargeError
 
 from mirrorline.core.backoff import Backoff
+from mirrorline.core.tail_match import Landed
 from mirrorline.replicator.delivery import DeliveryLoop
-from mirrorline.replicator.pump import Delivered, PartitionPump, PumpState
+from mirrorline.replicator.pump import MAX_UNREADABLE_CHECKS, Delivered, PartitionPump, PumpState
 
 MAX_VALUE = 1000
 
@@ -189,3 +190,63 @@ async def test_repeated_records_from_a_refetch_are_not_copied_twice() -> None:
     async with delivering(producer, pump):
         await settled(pump, 5)
     assert len(producer.log[0]) == 5
+
+
+def test_a_failed_batch_with_a_known_target_end_is_checked_before_it_is_sent_again() -> None:
+    """No producer involved: the pump's own bookkeeping around a failed produce."""
+    producer = StandInProducer(capacity=4)
+    pump = pump_for()
+    pump.target_end = 100  # where this partition's copies end on the target
+    pump.offer([Rec(i, str(i).encode()) for i in range(6)])  # type: ignore[list-item]
+    pump.build(producer)  # records 0..3 in flight
+    pump.failed(KafkaConnectionError("broker went away"), now=0.0)
+    assert pump.unverified is not None and [r.offset for r in pump.unverified] == [0, 1, 2, 3]
+    assert not pump.ready(now=100.0), "nothing may be sent before the target was checked"
+    assert pump.check_due(now=100.0) and "checking the target" in (pump.error or "")
+    # The target turned out to hold 0 and 1 (at 100, 101): only 2.. is sent again.
+    delivered = pump.checked(Landed(2, 100, 0), end=102, now=100.0)
+    assert delivered is not None and [r.offset for r in delivered.records] == [0, 1]
+    assert delivered.base_offset == 100 and pump.next_offset == 2 and pump.target_end == 102
+    assert pump.ready(now=100.0)
+    pump.build(producer)
+    assert [r.offset for r in pump._in_flight or []] == [2, 3]  # then 4, 5: in order
+
+
+def test_a_target_that_cannot_be_read_keeps_the_records_waiting() -> None:
+    producer = StandInProducer(capacity=4)
+    pump = pump_for()
+    pump.target_end = 0
+    pump.offer([Rec(0, b"a")])  # type: ignore[list-item]
+    pump.build(producer)
+    pump.failed(KafkaConnectionError("down"), now=0.0)
+    pump.check_failed("the target does not answer", now=1.0)
+    assert pump.unverified is not None and not pump.ready(now=1.0)
+    assert "cannot check the target" in (pump.error or "")
+
+
+def test_a_stopped_pump_forgets_unverified_records() -> None:
+    producer = StandInProducer(capacity=4)
+    pump = pump_for()
+    pump.target_end = 0
+    pump.offer([Rec(0, b"a")])  # type: ignore[list-item]
+    pump.build(producer)
+    pump.failed(KafkaConnectionError("down"), now=0.0)
+    pump.stop()
+    assert pump.unverified is None and pump.idle and pump.next_offset == 0
+
+
+def test_a_target_that_answers_but_cannot_serve_the_range_is_given_up_on_loudly() -> None:
+    producer = StandInProducer(capacity=4)
+    pump = pump_for()
+    pump.target_end = 10
+    pump.offer([Rec(0, b"a"), Rec(1, b"b")])  # type: ignore[list-item]
+    pump.build(producer)
+    pump.failed(KafkaConnectionError("down"), now=0.0)
+    for attempt in range(MAX_UNREADABLE_CHECKS - 1):
+        pump.check_failed("reading took too long", now=float(attempt), answered=True)
+        assert pump.unverified is not None
+    pump.check_failed("reading took too long", now=5.0, answered=True)
+    assert pump.unverified is None and pump.target_end is None
+    assert "may be on the target twice" in (pump.error or "")
+    pump.build(producer)
+    assert [r.offset for r in pump._in_flight or []] == [0, 1]

@@ -113,7 +113,10 @@ DEFAULTS: Final[Mapping[str, str]] = MappingProxyType({
 #: Mirrorline's own settings live under `mirrorline.`; an unknown `mirrorline.*` key (a typo)
 #: is still reported. `mirrorline.deployment` names the deployment, so that several can share
 #: a home cluster: it prefixes the control-plane topics.
-MIRRORLINE_KEYS: Final[frozenset[str]] = frozenset({"mirrorline.deployment"})
+#: `mirrorline.resume.tail.match = false` turns off resuming partitions from the target's tail
+#: (they then resume from durable progress alone, at-least-once as MM2).
+MIRRORLINE_KEYS: Final[frozenset[str]] = frozenset({"mirrorline.deployment",
+                                                    "mirrorline.resume.tail.match"})
 
 #: Connect-worker keys that Mirrorline honours; they resolve flow > target cluster > top level.
 WORKER_KEYS: Final = frozenset({"offset.storage.replication.factor", "offset.flush.interval.ms"})
@@ -176,8 +179,8 @@ FILTER_CLASSES: Final[Mapping[str, frozenset[str]]] = MappingProxyType({
 _NO_EFFECT_KEYS: Final = frozenset({
     "tasks.max", "tasks.max.enforce", "name", "connector.class", "forwarding.admin.class",
     "metric.reporters",
-    "auto.include.jmx.reporter", "config.action.reload", "exactly.once.support",
-    "exactly.once.source.support", "transaction.boundary", "transaction.boundary.interval.ms",
+    "auto.include.jmx.reporter", "config.action.reload", "transaction.boundary",
+    "transaction.boundary.interval.ms",
     "offsets.storage.topic", "group.id", "client.id", "offset.flush.timeout.ms",
     "dedicated.mode.enable.internal.rest", "listeners", "admin.listeners",
     "key.converter", "value.converter", "header.converter", "transforms", "predicates",
@@ -232,9 +235,16 @@ def is_provider_key(key: str) -> bool:
     return key == PROVIDER_PREFIX or key.startswith(PROVIDER_PREFIX + ".")
 
 
+#: MM2's exactly-once keys (KIP-618): read by the replicator, which refuses to run without
+#: transactions when they require them (`mirrorline.core.exactly_once`).
+EXACTLY_ONCE_KEYS: Final = frozenset({"exactly.once.support", "exactly.once.source.support"})
+
+
 def top_level_status(key: str) -> Status:
     """Classify a key written without any cluster or flow prefix."""
     if key in ("clusters", "use.defaults.from") or key in FLOW_KEYS or key in WORKER_KEYS:
+        return Status.USED
+    if key in EXACTLY_ONCE_KEYS:
         return Status.USED
     if key in DEPRECATED_ALIASES or key in NAMING_ALIAS_KEYS or is_provider_key(key):
         return Status.USED
@@ -255,6 +265,8 @@ def flow_level_status(rest: str) -> Status:
 def cluster_level_status(rest: str) -> Status:
     """Classify the part after `<alias>.`: connection, client and worker keys only."""
     if is_connection_key(rest) or rest.startswith(CLIENT_PREFIXES) or rest in WORKER_KEYS:
+        return Status.USED
+    if rest == "exactly.once.source.support":
         return Status.USED
     if (rest in FLOW_KEYS or rest in DEPRECATED_ALIASES or rest == "clusters"
             or _is_no_effect(rest)):

@@ -40,7 +40,9 @@ Rules 1 and 2 take precedence over 3: offsets at or beyond ``M`` are stale copie
 mirrored again after ``E`` (they are dropped anyway, see above).  An exact answer means: from
 that position the consumer reads every source record at or after ``g`` (mirrored ones now,
 the rest later) and no record before ``g`` -- apart from records the replicator itself copied
-twice, which every consumer of the target sees.  Answers are as of the runs read so far: runs
+twice, which every consumer of the target sees (partitions resume from what the target holds,
+see :mod:`mirrorline.core.tail_match`, so those are only produces the client retried after the
+broker had written them).  Answers are as of the runs read so far: runs
 not yet published (a restart that has not written a batch yet) are unknown to the map.
 """
 

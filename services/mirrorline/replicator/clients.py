@@ -37,8 +37,12 @@ class FlowClients:
     sync_producer: AIOKafkaProducer
     source_admin: ClusterAdmin
     target_admin: ClusterAdmin
-    #: For reading internal topics on the target (the progress topic).
+    #: For reading internal topics on the target (the progress topic) and its tails.
     target_consumer_kwargs: dict[str, Any]
+    #: The data consumer's settings, for reading source ranges beside it.
+    source_consumer_kwargs: dict[str, Any]
+    #: The data producer's settings, to open a new one after an abort.
+    producer_kwargs: dict[str, Any]
 
     @classmethod
     async def open(cls, flow: FlowSettings, worker_id: str) -> FlowClients:
@@ -83,7 +87,20 @@ class FlowClients:
                    sync_producer=sync_producer, source_admin=source_admin,
                    target_admin=target_admin,
                    target_consumer_kwargs=_kwargs(consumer_kwargs, flow.clients.target_consumer,
-                                                  f"{name}|progress-reader"))
+                                                  f"{name}|progress-reader"),
+                   source_consumer_kwargs=ckw, producer_kwargs=pkw)
+
+    async def reopen_producer(self) -> AIOKafkaProducer:
+        """Replace the data producer (after `abort_producer`); raises while the target is
+        unreachable."""
+        producer = AIOKafkaProducer(**self.producer_kwargs)
+        try:
+            await producer.start()
+        except BaseException:
+            await _close_all([producer])
+            raise
+        self.producer = producer
+        return producer
 
     async def close(self) -> None:
         await _close_all([self.consumer, self.producer, self.bookkeeping_producer,

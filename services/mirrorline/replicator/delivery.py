@@ -27,12 +27,17 @@ log = logging.getLogger(__name__)
 Fetch = Callable[[int], Awaitable[None]]
 #: Called for every acknowledged batch (progress, offset syncs, metrics).
 OnAck = Callable[[PartitionPump, Delivered], None]
+#: Called for every batch that failed (the pump may need its target checked).
+OnFailed = Callable[[PartitionPump], None]
 
 
 class DeliveryLoop:
     def __init__(self, producer: AIOKafkaProducer, pumps: Mapping[TopicPartition, PartitionPump],
-                 *, fetch: Fetch, on_ack: OnAck, poll_timeout_ms: int = 1000) -> None:
-        self._producer = producer
+                 *, fetch: Fetch, on_ack: OnAck, on_failed: OnFailed | None = None,
+                 poll_timeout_ms: int = 1000) -> None:
+        #: Replaced by the flow after an abort; None while no producer can send.
+        self.producer: AIOKafkaProducer | None = producer
+        self._on_failed = on_failed
         self._pumps = pumps
         self._fetch = fetch
         self._on_ack = on_ack
@@ -55,19 +60,23 @@ class DeliveryLoop:
                                                 for p in self._pumps.values())
             await self._fetch(0 if busy else self._poll_timeout_ms)
             await self._launch(time.monotonic())
+            producer = self.producer
             for pump in self._pumps.values():
-                if pump.can_prepare():
-                    pump.prepare(self._producer)
+                if producer is not None and pump.can_prepare():
+                    pump.prepare(producer)
             await self._settle_some()
 
     async def _launch(self, now: float) -> None:
+        producer = self.producer
+        if producer is None:
+            return
         for pump in list(self._pumps.values()):
             if not pump.ready(now):
                 continue
-            batch = pump.build(self._producer)
+            batch = pump.build(producer)
             try:
-                future = await self._producer.send_batch(batch, pump.target_topic,
-                                                         partition=pump.partition)
+                future = await producer.send_batch(batch, pump.target_topic,
+                                                   partition=pump.partition)
             except Exception as exc:
                 failed: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
                 failed.set_exception(exc)
@@ -104,10 +113,14 @@ class DeliveryLoop:
         self._settled.set()
         now = time.monotonic()
         for future in done:
-            pump = self._in_flight.pop(future)
+            pump = self._in_flight.pop(future, None)
+            if pump is None:
+                continue  # settled by a concurrent waiter already
             exc = future.exception() if not future.cancelled() else asyncio.CancelledError()
             if exc is not None:
                 pump.failed(exc, now)
+                if self._on_failed is not None:
+                    self._on_failed(pump)
             else:
                 self._on_ack(pump, pump.acknowledged(future.result().offset))
 
@@ -120,14 +133,19 @@ class DeliveryLoop:
         deadline = self._next_retry()
         return None if deadline is None else max(0.0, deadline - time.monotonic())
 
-    async def drain(self, timeout: float) -> None:
-        """Stop launching; wait (bounded) for the batches in flight and settle them."""
+    async def drain(self, timeout: float) -> bool:
+        """Stop launching; wait (bounded) for the batches in flight and settle them.
+        False: some are still unacknowledged (the caller must abort them)."""
         self._stopping = True
         self.wake.set()
         if not self._in_flight:
-            return
+            return True
         done, pending = await asyncio.wait(self._in_flight, timeout=timeout)
         self._settle(done)
-        if pending:
-            log.warning("%d batches still unacknowledged after %.0fs; they may be copied "
-                        "again on restart", len(pending), timeout)
+        return not pending
+
+    async def settle_all(self) -> None:
+        """Settle every batch in flight (after an abort they all resolve at once)."""
+        if self._in_flight:
+            done, _ = await asyncio.wait(self._in_flight)
+            self._settle(done)

@@ -24,18 +24,26 @@ from aiokafka.errors import KafkaError, OffsetOutOfRangeError
 from opentelemetry.trace import Tracer
 
 from mirrorline.core.backoff import Backoff
+from mirrorline.core.errors import ConfigError
 from mirrorline.core.offset_syncs import OffsetSyncPlanner
 from mirrorline.core.policy import make_policy
 from mirrorline.core.settings import FlowSettings
+from mirrorline.core.tail_match import Verdict
 from mirrorline.core.topics import OFFSET_MAP_RETENTION_MS, offset_map_topic
 from mirrorline.kafka.admin import ClusterAdmin, TopicSpec
+from mirrorline.kafka.starts import Start, StartPlanner
 from mirrorline.replicator.bookkeeping import OffsetMapWriter, OffsetSyncSender
+from mirrorline.replicator.checker import TargetChecker
 from mirrorline.replicator.clients import FlowClients
 from mirrorline.replicator.delivery import DeliveryLoop
 from mirrorline.replicator.discovery import DiscoveryResult, RemoteTopic, TopicDiscovery
+from mirrorline.replicator.exactly_once import check_exactly_once
+from mirrorline.replicator.flow_status import partition_views
 from mirrorline.replicator.metrics import PartitionMetrics, ReplicationMetrics
 from mirrorline.replicator.progress import ProgressStore
 from mirrorline.replicator.pump import Delivered, PartitionPump, PumpState
+from mirrorline.replicator.sending import abort_sends, reopen_producer
+from mirrorline.replicator.source_faults import out_of_range, truncated
 from mirrorline.telemetry.links import link_records
 from mirrorline.v1 import flows_pb2
 
@@ -43,14 +51,8 @@ log = logging.getLogger(__name__)
 
 #: Fetch for a partition pauses while this many fetched chunks wait in its pump.
 MAX_BACKLOG_CHUNKS = 4
-
-
-_PARTITION_STATES = {
-    PumpState.RUNNING: flows_pb2.PARTITION_STATE_RUNNING,
-    PumpState.PAUSED: flows_pb2.PARTITION_STATE_PAUSED,
-    PumpState.ERROR: flows_pb2.PARTITION_STATE_ERROR,
-    PumpState.STOPPED: flows_pb2.PARTITION_STATE_PAUSED,
-}
+#: A partition let go with a batch in flight says why it waits, this often.
+RELEASE_WAIT_S = 10.0
 
 
 class FlowState(enum.Enum):
@@ -98,6 +100,7 @@ class FlowReplicator:
         self._sync_sender: OffsetSyncSender | None = None
         self._map_writer: OffsetMapWriter | None = None
         self._discovery: TopicDiscovery | None = None
+        self._planner_of_starts: StartPlanner | None = None
         self._delivery: DeliveryLoop | None = None
 
     @property
@@ -110,8 +113,14 @@ class FlowReplicator:
         attempt = 0
         while not self._stopping:
             try:
+                await check_exactly_once(self.flow, self.flow.properties)
                 await self._connect()
                 break
+            except ConfigError as exc:  # retrying cannot help: say so once and stay stopped
+                await self._close_clients()
+                self.state, self.error = FlowState.ERROR, f"configuration error: {exc}"
+                log.error("%s: %s", self.name, self.error)
+                return
             except Exception as exc:
                 await self._close_clients()
                 delay = self._backoff.delay(attempt)
@@ -126,10 +135,15 @@ class FlowReplicator:
         assert self._progress is not None
         self._progress.start()
         assert self._producer is not None
+        assert self._clients is not None
+        checker = TargetChecker(self._pumps, self._clients.target_consumer_kwargs,
+                                on_ack=self._on_ack, on_checked=self._wake_delivery)
         self._delivery = DeliveryLoop(self._producer, self._pumps, fetch=self._fetch,
                                       on_ack=self._on_ack,
+                                      on_failed=lambda _pump: checker.wake.set(),
                                       poll_timeout_ms=self.flow.consumer_poll_timeout_ms)
         self._tasks.append(asyncio.create_task(self._delivery.run(), name=f"{self.name} copy"))
+        self._tasks.append(asyncio.create_task(checker.run(), name=f"{self.name} check"))
         self._tasks.append(asyncio.create_task(self._watch_loop(), name=f"{self.name} watch"))
         if self._sync_sender is not None:
             self._sync_sender.start()
@@ -166,6 +180,18 @@ class FlowReplicator:
             map_topic, 1, flow.offset_storage_replication_factor,
             {"cleanup.policy": "delete", "retention.ms": str(OFFSET_MAP_RETENTION_MS)}))
         self._map_writer = OffsetMapWriter(clients.bookkeeping_producer, map_topic)
+        syncs = None
+        if flow.emit_offset_syncs_enabled:
+            at_source = flow.offset_syncs_topic_location == "source"
+            syncs = (self.policy.offset_syncs_topic(flow.target if at_source else flow.source),
+                     clients.source_consumer_kwargs if at_source
+                     else clients.target_consumer_kwargs)
+        self._planner_of_starts = StartPlanner(
+            self.name, consumer=clients.consumer, source_consumer=clients.source_consumer_kwargs,
+            target_consumer=clients.target_consumer_kwargs, map_topic=map_topic,
+            reset=flow.clients.source_consumer.get("auto.offset.reset", "earliest"),
+            syncs=syncs, match_tail=flow.properties.get(
+                "mirrorline.resume.tail.match", "true").strip().lower() != "false")
         self._discovery = TopicDiscovery(flow, self.policy, source=clients.source_admin,
                                          target=clients.target_admin)
 
@@ -175,8 +201,8 @@ class FlowReplicator:
         self._assignment_changed.set()
         for pump in self._pumps.values():
             pump.stop()
-        if self._delivery is not None:
-            await self._delivery.drain(timeout=10.0)
+        if self._delivery is not None and not await self._delivery.drain(timeout=10.0):
+            await self.abort_sends("stopping: batches unacknowledged after 10s")
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -188,6 +214,26 @@ class FlowReplicator:
                 await appender.stop()
         await self._close_clients()
         self.state = FlowState.STOPPED
+
+    async def abort_sends(self, reason: str) -> None:
+        """Cancel every batch in flight now, so none of them can land later (fencing,
+        stopping): a partition let go must not deliver anything afterwards. Partitions
+        still running check the target before sending those records again."""
+        if self._clients is not None and self._delivery is not None:
+            self._producer = None
+            await abort_sends(self.name, self._clients, self._delivery, reason)
+            if not self._stopping:
+                self._tasks.append(asyncio.create_task(self._reopen_producer(),
+                                                       name=f"{self.name} reopen producer"))
+
+    async def _reopen_producer(self) -> None:
+        if self._clients is not None and self._delivery is not None:
+            self._producer = await reopen_producer(self.name, self._clients, self._delivery,
+                                                   self._backoff)
+
+    def _wake_delivery(self) -> None:
+        if self._delivery is not None:
+            self._delivery.wake.set()
 
     async def _close_clients(self) -> None:
         if self._clients is not None:
@@ -261,14 +307,16 @@ class FlowReplicator:
 
     async def _reassign(self, wanted: Mapping[TopicPartition, str]) -> None:
         consumer = self._consumer
-        assert consumer is not None and self._producer is not None
+        assert consumer is not None
         removed = [tp for tp in self._pumps if tp not in wanted]
         added = [tp for tp in wanted if tp not in self._pumps]
         if not removed and not added:
             return
         for tp in removed:
             await self._drop(tp)
-        starts = await self._start_offsets(added)
+        assert self._planner_of_starts is not None
+        starts = await self._planner_of_starts.starts({tp: wanted[tp] for tp in added},
+                                                      self._saved)
         for tp in added:
             self._add_pump(tp, wanted[tp], starts[tp])
             if self.paused:
@@ -286,25 +334,15 @@ class FlowReplicator:
                      len(self._pumps), len(added), len(removed))
         self._assignment_changed.set()
 
-    async def _start_offsets(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
-        """Where each new partition starts: saved progress, else `auto.offset.reset`."""
-        assert self._consumer is not None
-        starts = {tp: self._saved[(tp.topic, tp.partition)] for tp in tps
-                  if (tp.topic, tp.partition) in self._saved}
-        fresh = [tp for tp in tps if tp not in starts]
-        if fresh:
-            reset = self.flow.clients.source_consumer.get("auto.offset.reset", "earliest")
-            if reset.lower() == "latest":
-                offsets = await self._consumer.end_offsets(fresh)
-            else:
-                offsets = await self._consumer.beginning_offsets(fresh)
-            starts.update(offsets)
-        return starts
-
-    def _add_pump(self, tp: TopicPartition, remote: str, start: int) -> None:
-        assert self._producer is not None
+    def _add_pump(self, tp: TopicPartition, remote: str, start: Start) -> None:
         pump = PartitionPump(flow=self.name, source_topic=tp.topic, target_topic=remote,
-                             partition=tp.partition, next_offset=start, backoff=self._backoff)
+                             partition=tp.partition, next_offset=start.offset,
+                             backoff=self._backoff)
+        pump.target_end = start.point.target_end
+        if start.point.verdict is Verdict.STOP:
+            pump.fail(start.point.message, logged=True)
+        elif start.point.verdict is Verdict.FALLBACK:
+            pump.notice = start.point.message
         metrics = self._metrics.partition(self.flow.source, self.flow.target, remote,
                                           tp.partition)
         metrics.lag = functools.partial(self._lag, tp, pump)
@@ -312,11 +350,17 @@ class FlowReplicator:
         self._pump_metrics[tp] = metrics
 
     async def _drop(self, tp: TopicPartition) -> None:
+        """Let go of a partition only once nothing it sent can still arrive: its batch in
+        flight is acknowledged or failed (`abort_sends` fails it at once when fenced)."""
         pump = self._pumps[tp]
         pump.stop()
-        if self._delivery is not None:  # let its last batch settle before letting go
-            await self._delivery.wait_settled(pump, timeout=10.0)
+        while self._delivery is not None and pump.in_flight and \
+                not await self._delivery.wait_settled(pump, timeout=RELEASE_WAIT_S):
+            log.warning("%s %s-%d: waiting for its batch in flight to be acknowledged or "
+                        "to fail before letting go (the target does not answer)", self.name,
+                        tp.topic, tp.partition)
         del self._pumps[tp]
+        self._saved[(tp.topic, tp.partition)] = pump.next_offset
         self._pump_metrics.pop(tp, None)
         self._throttled.discard(tp)
         if self._progress is not None:
@@ -408,30 +452,7 @@ class FlowReplicator:
 
     async def _out_of_range(self, offsets: Mapping[TopicPartition, int]) -> None:
         assert self._consumer is not None
-        tps = [tp for tp in offsets if tp in self._pumps]
-        if not tps:
-            return
-        begin = await self._consumer.beginning_offsets(tps)
-        end = await self._consumer.end_offsets(tps)
-        for tp in tps:
-            pump, fetch_offset = self._pumps[tp], offsets[tp]
-            if fetch_offset < begin[tp]:
-                lost = begin[tp] - fetch_offset
-                pump.skip_to(begin[tp], f"{lost} records (offsets {fetch_offset}.."
-                                        f"{begin[tp] - 1}) were removed from the source by "
-                                        "retention before they could be copied")
-                self._consumer.seek(tp, begin[tp])
-                if self._progress is not None:
-                    self._progress.save(tp.topic, tp.partition, begin[tp])
-            else:
-                self._truncated(tp, pump, end[tp])
-
-    def _truncated(self, tp: TopicPartition, pump: PartitionPump, end: int) -> None:
-        pump.fail(f"source log end offset {end} is below the next offset to copy "
-                  f"{pump.fetch_position}: the source partition was truncated or recreated; "
-                  "records beyond its end would be skipped silently")
-        if self._consumer is not None:
-            self._consumer.pause(tp)
+        await out_of_range(self._consumer, self._pumps, offsets, self._progress)
 
     async def _watch_loop(self) -> None:
         """Once a second: catch silent source truncation and flush delayed offset syncs."""
@@ -444,7 +465,7 @@ class FlowReplicator:
                     high = self._consumer.highwater(tp)
                     if (pump.state is PumpState.RUNNING and high is not None
                             and high < pump.fetch_position):
-                        self._truncated(tp, pump, high)
+                        truncated(self._consumer, tp, pump, high)
             if self._planner is not None and time.monotonic() - last_flush >= interval:
                 last_flush = time.monotonic()
                 self._planner.promote_delayed()
@@ -454,25 +475,8 @@ class FlowReplicator:
     # -- status -----------------------------------------------------------------------
     def partitions(self) -> list[flows_pb2.PartitionStatus]:
         """Every owned partition as GetStatus and the worker heartbeats report it."""
-        now = time.time()
-        views = []
-        for tp, pump in sorted(self._pumps.items(), key=lambda kv: (kv[0].topic, kv[0].partition)):
-            high = self._consumer.highwater(tp) if self._consumer is not None else None
-            lag = None if high is None else max(0, high - pump.next_offset)
-            last = pump.last_ack_record_ts
-            latency = now * 1000.0 - last if last is not None else -1.0
-            metrics = self._pump_metrics.get(tp)
-            views.append(flows_pb2.PartitionStatus(
-                flow=self.name, source_topic=tp.topic, target_topic=pump.target_topic,
-                partition=tp.partition, source_end_offset=-1 if high is None else high,
-                next_offset=pump.next_offset, lag_records=-1 if lag is None else lag,
-                last_replication_latency_ms=latency,
-                lag_ms=0.0 if lag == 0 else (latency if lag is not None and last else -1.0),
-                state=_PARTITION_STATES[pump.state], error=pump.error or "",
-                records_replicated=pump.records_replicated, worker_id=self.worker_id,
-                records_per_second=metrics.records.rate(now, of_count=True) if metrics else 0.0,
-                bytes_per_second=metrics.value_bytes.rate(now) if metrics else 0.0))
-        return views
+        return partition_views(self.name, self.worker_id, self._pumps, self._consumer,
+                               self._pump_metrics)
 
     @property
     def healthy(self) -> bool:

@@ -10,8 +10,12 @@ Failures are settled where they are understood:
 * the target rejects a record (too large, corrupt): the batch is split in halves until
   the single offending record is found; everything before it is delivered, and the
   partition stops with an error naming topic, partition and offset -- never skipped;
-* anything else (broker down, leader moving, timeouts, ACLs being fixed): the same
-  records are sent again after a backoff, with the reason shown in the status.
+* anything else (broker down, leader moving, timeouts, ACLs being fixed): the records
+  may have reached the target all the same, so they are *checked* first: while the pump
+  knows where its copies end on the target (`target_end`), the failed records wait
+  (`unverified`) until the flow has read what is there after that end; only the records
+  not found are sent again, after a backoff, with the reason shown in the status.
+  Without a known end (started from durable progress alone) they are sent again as is.
 """
 
 from __future__ import annotations
@@ -33,9 +37,14 @@ from aiokafka.errors import (
 )
 
 from mirrorline.core.backoff import Backoff
+from mirrorline.core.tail_match import Landed
 from mirrorline.kafka.records import Record
 
 log = logging.getLogger(__name__)
+
+#: Checks of a target that answers but cannot serve the records after a partition's known
+#: end, before those records are sent again unchecked.
+MAX_UNREADABLE_CHECKS = 3
 
 #: Errors that mean "the target will never accept these bytes as they are".
 RECORD_REJECTED = (MessageSizeTooLargeError, RecordListTooLargeError, RecordTooLargeError,
@@ -71,6 +80,8 @@ class PartitionPump:
         self.fetch_position = next_offset
         self.state = PumpState.RUNNING
         self.error: str | None = None
+        #: Something an operator should know that is not an error (how it resumed).
+        self.notice: str | None = None
         self.records_replicated = 0
         self.last_ack_record_ts: int | None = None
         self._backoff = backoff or Backoff()
@@ -83,6 +94,13 @@ class PartitionPump:
         self._prepared: tuple[list[Record], Any] | None = None
         self._attempt = 0
         self._retry_at = 0.0
+        #: One past this partition's last copy on the target, when known.
+        self.target_end: int | None = None
+        #: Target records found between this pump's batches (duplicates it detected).
+        self.unexpected_records = 0
+        self._unreadable = 0
+        #: Records of a failed produce that may have landed; checked before re-sending.
+        self.unverified: list[Record] | None = None
 
     # -- fetch side -------------------------------------------------------------------
     def offer(self, records: list[Record]) -> None:
@@ -109,7 +127,7 @@ class PartitionPump:
     def idle(self) -> bool:
         """Nothing queued and nothing in flight."""
         return (not self._backlog and not self._forced and self._in_flight is None
-                and self._prepared is None)
+                and self._prepared is None and self.unverified is None)
 
     @property
     def retry_at(self) -> float:
@@ -117,6 +135,7 @@ class PartitionPump:
 
     def ready(self, now: float) -> bool:
         return (self.state is PumpState.RUNNING and self._in_flight is None
+                and self.unverified is None
                 and bool(self._prepared or self._backlog or self._forced)
                 and now >= self._retry_at)
 
@@ -132,9 +151,12 @@ class PartitionPump:
         self._drop_queued()
         self.next_offset = self.fetch_position = offset
 
-    def fail(self, reason: str) -> None:
-        """Stop this partition for good (until an operator intervenes), loudly."""
-        log.error("%s %s-%d stopped: %s", self.flow, self.source_topic, self.partition, reason)
+    def fail(self, reason: str, *, logged: bool = False) -> None:
+        """Stop this partition for good (until an operator intervenes), loudly (`logged`:
+        the caller has said so already)."""
+        if not logged:
+            log.error("%s %s-%d stopped: %s", self.flow, self.source_topic, self.partition,
+                      reason)
         self.state = PumpState.ERROR
         self.error = reason
         self._drop_queued()
@@ -161,6 +183,7 @@ class PartitionPump:
 
     # -- delivery ---------------------------------------------------------------------
     def _drop_queued(self) -> None:
+        self.unverified = None
         self._backlog.clear()
         self._forced.clear()
         self._prepared = None
@@ -220,10 +243,21 @@ class PartitionPump:
     def acknowledged(self, base_offset: int) -> Delivered:
         records = self._in_flight
         assert records is not None, "acknowledged() without a batch in flight"
+        if self.target_end is not None and base_offset > self.target_end:
+            # Only this pump writes here, in order: anything in between is a produce the
+            # client re-sent after the broker had accepted it (or another writer).
+            extra = base_offset - self.target_end
+            self.unexpected_records += extra
+            log.warning("%s %s-%d: %d records on the target at offsets %d..%d were not "
+                        "expected there (a produce the client retried after the broker had "
+                        "written it, or another writer); detected, not undone", self.flow,
+                        self.source_topic, self.partition, extra, self.target_end,
+                        base_offset - 1)
         self._in_flight = None
         self._attempt = 0
         self.error = None
         self.next_offset = records[-1].offset + 1
+        self.target_end = base_offset + len(records)
         self.records_replicated += len(records)
         self.last_ack_record_ts = records[-1].timestamp
         return Delivered(records, base_offset, self._sent_ns)
@@ -251,9 +285,73 @@ class PartitionPump:
         delay = self._backoff.delay(self._attempt)
         self._attempt += 1
         self._retry_at = now + delay
-        self._forced.appendleft(records)
-        self.error = (f"retrying {len(records)} records from offset {records[0].offset} in "
-                      f"{delay:.1f}s: {exc!r}")
+        if self.target_end is not None:
+            self.unverified = records
+            self.error = (f"{len(records)} records from offset {records[0].offset} not "
+                          f"acknowledged ({exc!r}); checking the target in {delay:.1f}s "
+                          "before sending them again")
+        else:
+            self._forced.appendleft(records)
+            self.error = (f"retrying {len(records)} records from offset {records[0].offset} "
+                          f"in {delay:.1f}s: {exc!r}")
+        log.warning("%s %s-%d: %s", self.flow, self.source_topic, self.partition, self.error)
+
+    def check_due(self, now: float) -> bool:
+        return (self.state is PumpState.RUNNING and self.unverified is not None
+                and now >= self._retry_at)
+
+    def checked(self, landed: Landed | None, end: int, now: float) -> Delivered | None:
+        """Settle `unverified` with what the target holds after `target_end` (up to
+        `end`); the records found count as delivered (returned), the rest is sent again.
+        `landed` None: the target holds something else; everything is sent again."""
+        records = self.unverified
+        assert records is not None, "checked() without unverified records"
+        self.unverified = None
+        self._unreadable = 0
+        count = landed.count if landed is not None else 0
+        if count < len(records):
+            self._forced.appendleft(records[count:])
+        if landed is None:
+            log.warning("%s %s-%d: the target holds records this partition did not write "
+                        "after offset %s; re-sending %d records unchecked", self.flow,
+                        self.source_topic, self.partition, self.target_end, len(records))
+            self.target_end = None
+            return None
+        if landed.duplicates:
+            log.warning("%s %s-%d: the target holds %d records twice (the client retried a "
+                        "produce the broker had accepted)", self.flow, self.source_topic,
+                        self.partition, landed.duplicates)
+        if not count:
+            self.target_end = end
+            return None
+        assert landed.base is not None
+        self._in_flight = records[:count]
+        self.target_end = None  # the copies found decide, not the end known before
+        delivered = self.acknowledged(landed.base)
+        self.target_end = end
+        self._retry_at = now
+        return delivered
+
+    def check_failed(self, reason: str, now: float, *, answered: bool = False) -> None:
+        """The target could not be read: try again after a backoff, sending nothing. A
+        target that answers but cannot serve the range (`answered`) is given
+        `MAX_UNREADABLE_CHECKS` tries; then the records are sent again unchecked, loudly."""
+        self._unreadable = self._unreadable + 1 if answered else 0
+        if self._unreadable >= MAX_UNREADABLE_CHECKS and self.unverified is not None:
+            records, self.unverified = self.unverified, None
+            self._forced.appendleft(records)
+            self.target_end = None
+            self._unreadable = 0
+            self.error = (f"cannot tell whether {len(records)} records from offset "
+                          f"{records[0].offset} reached the target ({reason}); sent again, "
+                          "they may be on the target twice")
+            log.warning("%s %s-%d: %s", self.flow, self.source_topic, self.partition,
+                        self.error)
+            return
+        delay = self._backoff.delay(self._attempt)
+        self._attempt += 1
+        self._retry_at = now + delay
+        self.error = f"cannot check the target ({reason}); trying again in {delay:.1f}s"
         log.warning("%s %s-%d: %s", self.flow, self.source_topic, self.partition, self.error)
 
     def _where(self, offset: int, what: str) -> str:

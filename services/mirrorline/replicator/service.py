@@ -10,6 +10,7 @@ Two modes:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Sequence
 
@@ -22,6 +23,7 @@ from mirrorline.core.settings import MirrorSettings
 from mirrorline.grpcserver import ServiceServer
 from mirrorline.kafka.clients import admin_kwargs
 from mirrorline.kafka.health import ClusterProbe
+from mirrorline.replicator.exactly_once import TargetUnreachable, check_exactly_once
 from mirrorline.replicator.flow import FlowReplicator, FlowState
 from mirrorline.replicator.metrics import ReplicationMetrics
 from mirrorline.replicator.worker import WorkerAgent
@@ -96,6 +98,9 @@ class ReplicatorService:
                                      metrics=metrics, tracer=self.telemetry.tracer)
             await self.agent.start()
         else:
+            for wanted in flows:  # a configuration error: exit 2 before anything is copied
+                with contextlib.suppress(TargetUnreachable):
+                    await check_exactly_once(wanted, self.settings.raw)
             self._standalone = [FlowReplicator(f, worker_id=self.worker_id, metrics=metrics,
                                                tracer=self.telemetry.tracer) for f in flows]
             for flow in self._standalone:

@@ -256,6 +256,12 @@ class WorkerAgent:
                       now - self._last_heartbeat_ok, self.lease_s)
             self.fenced = True
             self._changed.set()
+            # The controller hands these partitions to another worker when the lease runs
+            # out: nothing sent before must be able to land after that.
+            for driver in self.drivers.values():
+                aborting = asyncio.ensure_future(driver.flow.abort_sends("fenced"))
+                self._closing.add(aborting)
+                aborting.add_done_callback(self._closing.discard)
 
     def _channel_to(self, address: str) -> grpc.aio.Channel:
         if self._channel is None or self._channel_address != address:

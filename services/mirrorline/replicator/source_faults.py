@@ -1,0 +1,48 @@
+"""What a flow does when the source no longer has what it was about to copy.
+
+Records removed by retention before they were copied are reported with their count and
+offsets, and copying continues at the log start. A source whose log end fell below the
+next offset to copy was truncated or recreated: the partition stops loudly, because
+continuing would silently skip whatever is written there next.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from mirrorline.replicator.progress import ProgressStore
+from mirrorline.replicator.pump import PartitionPump
+
+
+async def out_of_range(consumer: AIOKafkaConsumer, pumps: Mapping[TopicPartition, PartitionPump],
+                       offsets: Mapping[TopicPartition, int],
+                       progress: ProgressStore | None) -> None:
+    """Settle an OFFSET_OUT_OF_RANGE fetch answer for the partitions in `offsets`."""
+    tps = [tp for tp in offsets if tp in pumps]
+    if not tps:
+        return
+    begin = await consumer.beginning_offsets(tps)
+    end = await consumer.end_offsets(tps)
+    for tp in tps:
+        pump, fetch_offset = pumps[tp], offsets[tp]
+        if fetch_offset < begin[tp]:
+            lost = begin[tp] - fetch_offset
+            pump.skip_to(begin[tp], f"{lost} records (offsets {fetch_offset}.."
+                                    f"{begin[tp] - 1}) were removed from the source by "
+                                    "retention before they could be copied")
+            consumer.seek(tp, begin[tp])
+            if progress is not None:
+                progress.save(tp.topic, tp.partition, begin[tp])
+        else:
+            truncated(consumer, tp, pump, end[tp])
+
+
+def truncated(consumer: AIOKafkaConsumer | None, tp: TopicPartition, pump: PartitionPump,
+              end: int) -> None:
+    pump.fail(f"source log end offset {end} is below the next offset to copy "
+              f"{pump.fetch_position}: the source partition was truncated or recreated; "
+              "records beyond its end would be skipped silently")
+    if consumer is not None:
+        consumer.pause(tp)
