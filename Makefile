@@ -8,7 +8,7 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 # The tag deploy/kubernetes runs; push it where your cluster pulls from (IMAGE=reg/mirrorline:X).
 IMAGE   ?= mirrorline:$(VERSION)
 
-.PHONY: install demo image test test-unit lint bench proto proto-check clean
+.PHONY: install demo image test test-unit lint bench proto proto-check clean certs compose-certs
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -38,6 +38,16 @@ bench: install
 	$(BIN)/python -m bench
 	$(BIN)/python -m bench.control_plane
 	$(BIN)/python -m bench.resume
+	$(BIN)/python -m bench.patterns
+
+# A local CA, service and client certificates and tokens for the gRPC APIs (openssl).
+CERTS ?= .mirrorline/certs
+certs:
+	sh deploy/make-certs.sh $(CERTS)
+
+# The same for docker compose (keys readable by the containers' user).
+compose-certs:
+	CERT_KEY_MODE=644 sh deploy/make-certs.sh deploy/compose/certs
 
 proto: install
 	mkdir -p services/mirrorline/v1 && touch services/mirrorline/v1/__init__.py

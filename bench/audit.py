@@ -2,7 +2,7 @@
 
 The heartbeat service's audit reads every mirrored record twice -- once on the source,
 once on the target -- and folds each into its window's count and checksum. This runs
-that same per-record work (`mirrorline.core.audit`) over the benchmark topic as an
+that same per-record work (`mirrorline.core.record_audit`) over the benchmark topic as an
 aiokafka reader would, and divides the records by the CPU seconds this process used:
 records verified per second per core. The goal is to keep up with the replicator's rate
 on one core or less.
@@ -15,7 +15,7 @@ import time
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from bench.common import BenchEnv
-from mirrorline.core import audit
+from mirrorline.core import record_audit as audit
 
 WINDOW_MS = 60_000
 

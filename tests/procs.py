@@ -19,7 +19,9 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from mirrorline import grpcsecure
 from mirrorline.dev.brokers import LocalBroker
+from mirrorline.grpcsecure import ClientCredentials
 from mirrorline.v1 import admin_pb2, admin_pb2_grpc, flows_pb2, replicator_pb2, replicator_pb2_grpc
 
 
@@ -49,8 +51,11 @@ class ServiceProcess:
     """One `python -m mirrorline <args>` child with a gRPC port."""
 
     def __init__(self, args: list[str], *, grpc_port: int, log_path: Path,
-                 metrics_port: int | None = None) -> None:
+                 metrics_port: int | None = None,
+                 credentials: ClientCredentials | None = None) -> None:
         self.args = args
+        #: How the test talks to it (plaintext when None).
+        self.credentials = credentials or ClientCredentials()
         self.grpc_port = grpc_port
         self.metrics_port = metrics_port
         self.log_path = log_path
@@ -67,7 +72,7 @@ class ServiceProcess:
     @property
     def channel(self) -> grpc.aio.Channel:
         if self._channel is None:
-            self._channel = grpc.aio.insecure_channel(f"127.0.0.1:{self.grpc_port}")
+            self._channel = grpcsecure.channel(f"127.0.0.1:{self.grpc_port}", self.credentials)
         return self._channel
 
     async def health(self) -> int | None:
@@ -180,7 +185,9 @@ def deployment_config(clusters: Mapping[str, LocalBroker | str],
 class Deployment:
     """A controller-run deployment of real processes: controllers and workers."""
 
-    def __init__(self, config: str, tmp: Path, *, lease_ms: int = 2000) -> None:
+    def __init__(self, config: str, tmp: Path, *, lease_ms: int = 2000,
+                 credentials: ClientCredentials | None = None) -> None:
+        self.credentials = credentials
         self.path = tmp / "mm2.properties"
         self.path.write_text(config)
         self.tmp = tmp
@@ -194,7 +201,8 @@ class Deployment:
         proc = ServiceProcess(
             ["controller", "--config", str(self.path), "--controller-id", name,
              "--grpc-port", str(port), "--metrics-port", "-1", "--lease-ms",
-             str(self.lease_ms)], grpc_port=port, log_path=self.tmp / f"{name}.log")
+             str(self.lease_ms)], grpc_port=port, log_path=self.tmp / f"{name}.log",
+            credentials=self.credentials)
         await proc.start()
         self.controllers[name] = proc
         if wait:
@@ -206,7 +214,7 @@ class Deployment:
         proc = ServiceProcess(
             ["replicator", "--worker", "--config", str(self.path), "--worker-id", name,
              "--grpc-port", str(port), "--metrics-port", "-1"], grpc_port=port,
-            log_path=self.tmp / f"{name}.log")
+            log_path=self.tmp / f"{name}.log", credentials=self.credentials)
         await proc.start()
         self.workers[name] = proc
         return proc
@@ -216,7 +224,7 @@ class Deployment:
         proc = ServiceProcess(
             ["checkpointer", "--managed", "--config", str(self.path), "--instance-id", name,
              "--grpc-port", str(port), "--metrics-port", "-1"], grpc_port=port,
-            log_path=self.tmp / f"{name}.log")
+            log_path=self.tmp / f"{name}.log", credentials=self.credentials)
         await proc.start()
         self.checkpointers[name] = proc
         return proc
@@ -260,9 +268,10 @@ class Deployment:
 
 
 @contextlib.asynccontextmanager
-async def deployment(config: str, tmp: Path, *, lease_ms: int = 2000
+async def deployment(config: str, tmp: Path, *, lease_ms: int = 2000,
+                     credentials: ClientCredentials | None = None
                      ) -> AsyncIterator[Deployment]:
-    d = Deployment(config, tmp, lease_ms=lease_ms)
+    d = Deployment(config, tmp, lease_ms=lease_ms, credentials=credentials)
     try:
         yield d
     finally:

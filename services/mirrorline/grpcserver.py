@@ -4,6 +4,11 @@ Health follows the standard `grpc.health.v1` protocol so that Kubernetes probes,
 `grpc_health_probe` and load balancers need nothing Mirrorline-specific. The overall
 status ("" service) mirrors the service's own: NOT_SERVING while a cluster it needs is
 unreachable, so a probe reports exactly what an operator would want to be paged for.
+
+Security is applied here for every service alike: the process's TLS credentials
+(`mirrorline.grpcsecure`), the authentication/role/bounds interceptor
+(`mirrorline.grpcauth`), the message size limit, and the refusal to serve a non-loopback
+address without TLS and authentication unless the deployment says it accepts that.
 """
 
 from __future__ import annotations
@@ -17,6 +22,11 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection
 
+from mirrorline import grpcsecure
+from mirrorline.core.errors import ConfigError
+from mirrorline.core.security import bind_problem, is_loopback
+from mirrorline.grpcauth import AuthInterceptor
+
 log = logging.getLogger(__name__)
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
@@ -29,8 +39,10 @@ class ServiceServer:
     Usage: construct, `add(...)` each servicer, `await start()`, later `await stop()`.
     """
 
-    def __init__(self, *, name: str, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, *, name: str, host: str = "127.0.0.1", port: int = 0,
+                 interceptors: Sequence[grpc.aio.ServerInterceptor] = ()) -> None:
         self.name = name
+        self._interceptors = tuple(interceptors)
         self._host = host
         self._requested_port = port
         # The grpc.aio server binds to the running loop: it is created in start().
@@ -49,20 +61,36 @@ class ServiceServer:
         self._service_names.extend(full_names)
 
     async def start(self) -> int:
-        server = self._server = grpc.aio.server()
+        security = grpcsecure.current()
+        problem = bind_problem(self._host, security.settings)
+        if problem is not None:
+            raise ConfigError("mirrorline.grpc.tls.certificate", f"{self.name}: {problem}")
+        if not is_loopback(self._host) and security.settings.insecure and (
+                not security.settings.tls or not security.settings.authenticates):
+            log.warning("%s: serving gRPC on %s without %s (mirrorline.grpc.insecure = true)",
+                        self.name, self._host,
+                        "TLS" if not security.settings.tls else "authentication")
+        server = self._server = grpc.aio.server(
+            interceptors=[AuthInterceptor(self.name, security.identities), *self._interceptors],
+            options=grpcsecure.CHANNEL_OPTIONS)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         for register, servicer in self._registrations:
             register(servicer, server)
         reflection.enable_server_reflection(
             [*self._service_names, reflection.SERVICE_NAME], server
         )
-        port: int = server.add_insecure_port(f"{self._host}:{self._requested_port}")
+        address = f"{self._host}:{self._requested_port}"
+        credentials = security.server_credentials()
+        port: int = (server.add_secure_port(address, credentials) if credentials is not None
+                     else server.add_insecure_port(address))
         if port == 0:
             raise OSError(f"{self.name}: cannot bind gRPC port {self._host}:{self._requested_port}")
         await server.start()
         self.port = port
         await self.set_serving(False)
-        log.info("%s: gRPC on %s:%d (health, reflection)", self.name, self._host, port)
+        log.info("%s: gRPC on %s:%d (health, reflection; %s%s)", self.name, self._host, port,
+                 "TLS" if credentials is not None else "plaintext",
+                 ", authenticated" if security.identities is not None else "")
         return port
 
     async def set_serving(self, serving: bool) -> None:

@@ -3,19 +3,34 @@
 Each service is an object with `async start()` and `async stop()`. `run_service` runs
 it on a fresh event loop until SIGTERM or SIGINT, then stops it once, so `mirrorline
 run`, Kubernetes and a terminal's Ctrl-C all get the same clean shutdown.
+
+Stopping is bounded: a client talking to an unreachable cluster can wait tens of seconds
+in a close (a producer flushing to a target that is down, a metadata request in flight).
+`stop()` gets `STOP_BUDGET_S` to save what it can; whatever is still running after that
+is cancelled and abandoned, so a service is gone within a couple of seconds of SIGTERM
+in every state -- connecting, retrying or draining. A second signal exits at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
+import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
+from mirrorline.kafka.causes import quiet_aiokafka
+
 log = logging.getLogger(__name__)
+
+#: Time `stop()` gets after SIGTERM before the process gives up on it and exits.
+STOP_BUDGET_S = 1.7
+#: Time tasks still running after `stop()` get to finish once cancelled.
+CANCEL_BUDGET_S = 0.3
 
 
 class Service(Protocol):
@@ -31,31 +46,63 @@ def configure_logging(service: str, level: str = "INFO") -> None:
         format=f"%(asctime)s %(levelname)-7s {service} %(name)s: %(message)s",
     )
     # aiokafka reports every failed connection attempt at ERROR; our probes already say
-    # "cluster X unreachable" once, with the reason.
-    logging.getLogger("aiokafka").setLevel(max(logging.getLevelName(level.upper()),
-                                               logging.CRITICAL))
+    # "cluster X unreachable" once, with the reason -- which they take from what aiokafka
+    # logged (authentication failed, TLS handshake failed, connection refused).
+    quiet_aiokafka(debug=level.upper() == "DEBUG")
 
 
 async def serve(service: Service) -> None:
-    """Start `service`, wait for SIGTERM/SIGINT, stop it."""
+    """Start `service`, wait for SIGTERM/SIGINT, stop it (within `STOP_BUDGET_S`)."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
+
+    def signalled() -> None:
+        if stop.is_set():  # a second signal: the operator does not want to wait
+            log.warning("second signal: exiting now")
+            os._exit(1)
+        stop.set()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, signalled)
     start = asyncio.create_task(service.start())
     waiter = asyncio.create_task(stop.wait())
     done, _ = await asyncio.wait({start, waiter}, return_when=asyncio.FIRST_COMPLETED)
     if start in done and start.exception() is not None:
         waiter.cancel()
-        await service.stop()
+        await stop_within(service.stop(), STOP_BUDGET_S, "stopping after a failed start")
         raise start.exception()  # type: ignore[misc]
     await waiter
     log.info("stopping")
     if not start.done():
         start.cancel()
-        await asyncio.gather(start, return_exceptions=True)
-    await service.stop()
+        await stop_within(asyncio.gather(start, return_exceptions=True), CANCEL_BUDGET_S,
+                          "abandoning start-up")
+    await stop_within(service.stop(), STOP_BUDGET_S, "stopping")
     log.info("stopped")
+
+
+async def stop_within(awaitable: Awaitable[object], budget: float, what: str) -> bool:
+    """Await `awaitable` for at most `budget` seconds; on overrun cancel it and go on.
+
+    Returns False (after one warning) when the budget ran out. Used for every close that
+    may talk to a cluster: a stop must never wait on one that does not answer.
+    """
+    task = asyncio.ensure_future(awaitable)
+    done, _ = await asyncio.wait({task}, timeout=budget)
+    if task in done:
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("%s failed: %r", what, task.exception())
+        return True
+    task.cancel()
+    await asyncio.wait({task}, timeout=CANCEL_BUDGET_S)
+    log.warning("%s took over %.1fs (a cluster does not answer); not waiting for it", what,
+                budget)
+    _abandoned.append(what)
+    return False
+
+
+#: Stops given up on (see `stop_within`): their clients are left unclosed at exit.
+_abandoned: list[str] = []
 
 
 #: Allocations between young-generation collections (CPython's default is 700).
@@ -77,7 +124,39 @@ def tune_gc() -> None:
 
 
 def run_service(factory: Callable[[], Service]) -> int:
-    """Build and serve a service; returns the process exit status."""
+    """Build and serve a service; returns the process exit status.
+
+    Like `asyncio.run`, except that tasks still alive after the service stopped (a client
+    stuck on an unreachable cluster that ignores cancellation) are abandoned after
+    `CANCEL_BUDGET_S` instead of being waited for without limit.
+    """
     tune_gc()
-    asyncio.run(serve(factory()))
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        loop.run_until_complete(serve(factory()))
+    finally:
+        _abandon_leftovers(loop)
     return 0
+
+
+def _abandon_leftovers(loop: asyncio.AbstractEventLoop) -> None:
+    leftovers = [t for t in asyncio.all_tasks(loop) if not t.done()]
+    for task in leftovers:
+        task.cancel()
+    if leftovers:
+        with contextlib.suppress(BaseException):
+            loop.run_until_complete(asyncio.wait(leftovers, timeout=CANCEL_BUDGET_S))
+    stuck = [t for t in leftovers if not t.done()]
+    if stuck:
+        log.warning("%d tasks did not end when cancelled; exiting without them", len(stuck))
+    if stuck or _abandoned:
+        # What was abandoned is destroyed at exit, and asyncio would report each piece
+        # ("Task was destroyed but it is pending!", "Unclosed AIOKafkaProducer") at ERROR
+        # after the service said it stopped; the warnings above already told why.
+        logging.getLogger("asyncio").setLevel(logging.CRITICAL)
+    else:
+        with contextlib.suppress(BaseException):
+            loop.run_until_complete(loop.shutdown_asyncgens())
+    asyncio.set_event_loop(None)
+    loop.close()

@@ -5,7 +5,8 @@ in one cannot take the others down. A child that exits unexpectedly is restarted
 exponential backoff (reset after a minute of healthy running). A child exiting with
 status 2 has found a configuration error: restarting cannot help, so everything stops
 and `run` exits with 2. SIGTERM/SIGINT stop all children (SIGTERM, then SIGKILL after
-the grace period); if `run` itself is killed, the children get SIGTERM from the kernel.
+the grace period; each service bounds its own stop to a couple of seconds, so the grace
+period is only a safety net); if `run` itself is killed, the children get SIGTERM from the kernel.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ def _die_with_parent() -> None:
 
 
 class Supervisor:
-    def __init__(self, children: Sequence[ChildSpec], *, grace_s: float = 30.0,
+    def __init__(self, children: Sequence[ChildSpec], *, grace_s: float = 10.0,
                  backoff: Backoff | None = None) -> None:
         self._children = list(children)
         self._grace_s = grace_s

@@ -293,7 +293,7 @@ async def test_every_admin_rpc_rejects_bad_input_with_its_documented_code(
              "does not exist"),
             (admin.ImportFlows(admin_pb2.ImportFlowsRequest(properties="clusters =",
                                                             source_name="f.properties")),
-             Code.INVALID_ARGUMENT, "properties: f.properties:1: clusters"),
+             Code.INVALID_ARGUMENT, "properties: f.properties: no flow is enabled"),
         ]
         for call, code, message in cases:
             with pytest.raises(grpc.aio.AioRpcError) as err:

@@ -927,3 +927,14 @@ def test_a_redirect_is_followed_once_only(
     assert main(["admin", "--server", serve(first), "flows", "list"]) == 1
     assert capsys.readouterr().err == "mirrorline: UNAVAILABLE: not the leader\n"
     assert (len(first.requests), len(second.requests)) == (1, 1)
+
+
+def test_a_plaintext_redirect_to_another_host_is_not_followed(
+        serve: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """A server that redirects to an address of its choosing is an attacker's tool (it
+    would receive the next request); a stand-in plays that server."""
+    rogue = FakeAdmin(leader="203.0.113.9:7100")
+    assert main(["admin", "--server", serve(rogue), "flows", "list"]) == 1
+    err = capsys.readouterr().err
+    assert "not following a plaintext redirect" in err and "203.0.113.9:7100" in err
+    assert len(rogue.requests) == 1

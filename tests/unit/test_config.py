@@ -727,7 +727,8 @@ def test_unknown_keys_are_named() -> None:
     assert "Mirrorline setting" in warnings["mirrorline.future.setting"].message
     assert "not listed in clusters" in warnings["c.bootstrap.servers"].message
     assert "line 4: topcis: " in str(warnings["topcis"])
-    assert {"mirrorline.deployment", "mirrorline.resume.tail.match"} == MIRRORLINE_KEYS
+    assert {"mirrorline.deployment", "mirrorline.resume.tail.match"} <= MIRRORLINE_KEYS
+    assert "mirrorline.grpc.tls.certificate" in MIRRORLINE_KEYS
 
 
 def test_the_deployment_name_is_read_and_checked() -> None:

@@ -111,11 +111,11 @@ def test_inline_flag_turning_off() -> None:
     assert not pattern.fullmatch("AB")
 
 
-def test_named_groups_and_backreferences_are_translated() -> None:
-    pattern = compile_patterns([r"(?<x>ab)-\k<x>"], key="groups")
+def test_named_groups_are_translated() -> None:
+    pattern = compile_patterns([r"(?<x>ab)-(?:cd)"], key="groups")
     assert pattern is not None
-    assert pattern.fullmatch("ab-ab")
-    assert not pattern.fullmatch("ab-ba")
+    assert pattern.fullmatch("ab-cd")
+    assert not pattern.fullmatch("ab-ab")
 
 
 @pytest.mark.parametrize(("java", "name"), [
@@ -133,18 +133,26 @@ def test_java_octal_escapes(java: str, name: str) -> None:
 def test_matching_is_ascii_like_java() -> None:
     digits = compile_patterns([r"\d+"], key="groups")
     words = compile_patterns([r"\w+"], key="groups")
-    caseless = compile_patterns([r"(?i)\u00e9"], key="groups")
+    caseless = compile_patterns([r"(?i)k.*s"], key="groups")
+    spaces = compile_patterns([r"a\sb"], key="groups")
     assert digits is not None and words is not None and caseless is not None
+    assert spaces is not None
     assert digits.fullmatch("123")
     assert not digits.fullmatch("\u0661\u0662")   # Arabic-Indic digits
     assert not words.fullmatch("caf\u00e9")
-    assert not caseless.fullmatch("\u00c9")      # Java folds case for ASCII only
+    assert caseless.fullmatch("Kafkas")
+    # Java folds case for ASCII only: the Kelvin sign and the long s are not k and s.
+    assert not caseless.fullmatch("\u212aafkas")
+    assert not caseless.fullmatch("kafka\u017f")
+    assert spaces.fullmatch("a\x0bb")             # Java's \s includes the vertical tab
+    with pytest.raises(ConfigError, match="non-ASCII letter case-insensitively"):
+        compile_patterns([r"(?i)\u00e9"], key="groups")
 
 
 @pytest.mark.parametrize(("java", "name"), [
-    (r"a{1,3}", "aaa"), (r"a{2}", "aa"), (r"a{2,}", "aaaa"), (r"a*+", "aa"),
-    (r"(?>a+)b", "aab"), (r"(?<=a)b|a", "a"), (r"(?<!x)b", "b"), (r"[]a]+", "]a"),
-    (r"[^]a]", "b"), (r"x{1}+", "x"), (r"(?i:A)b", "ab"), (r"\N{LATIN SMALL LETTER A}", "a"),
+    (r"a{1,3}", "aaa"), (r"a{2}", "aa"), (r"a{2,}", "aaaa"), (r"[]a]+", "]a"),
+    (r"[^]a]", "b"), (r"(?i:A)b", "ab"), (r"\N{LATIN SMALL LETTER A}", "a"),
+    (r"\u0041+", "AA"), (r"[\N{LATIN SMALL LETTER A}-c]+", "abc"),
 ])
 def test_supported_java_constructs(java: str, name: str) -> None:
     pattern = compile_patterns([java], key="topics")
@@ -185,6 +193,16 @@ def test_supported_java_constructs(java: str, name: str) -> None:
     (r"(?<1x>a)", "named group"),
     (r"\k<x", "back-reference"),
     (r"\09", "octal"),
+    # Constructs that need a backtracking matcher (exponential in the worst case).
+    (r"a*+", "backtracking"),
+    (r"x{1}+", "backtracking"),
+    (r"(?>a+)b", "backtracking"),
+    (r"(?<=a)b|a", "backtracking"),
+    (r"(?<!x)b", "backtracking"),
+    (r"(?=a)a", "backtracking"),
+    (r"(?<x>ab)-\k<x>", "backtracking"),
+    (r"(a)\1", "backtracking"),
+    (r"a\Z", "backtracking"),
 ])
 def test_java_only_or_ambiguous_constructs_are_rejected(pattern: str, fragment: str) -> None:
     with pytest.raises(ConfigError) as info:

@@ -7,12 +7,12 @@ import itertools
 
 import pytest
 
-from mirrorline.core import audit
-from mirrorline.core.audit import Side, Verdict
+from mirrorline.core import record_audit as audit
 from mirrorline.core.canary import CanaryRecord, FlowCanary, Health, percentile
 from mirrorline.core.errors import WireFormatError
 from mirrorline.core.filters import TopicFilter, should_replicate_topic
 from mirrorline.core.policy import DefaultReplicationPolicy, IdentityReplicationPolicy
+from mirrorline.core.record_audit import Side, Verdict
 from mirrorline.core.topology import heartbeat_paths
 from mirrorline.core.wire import Heartbeat
 

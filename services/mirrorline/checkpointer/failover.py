@@ -31,6 +31,7 @@ from mirrorline.core.failover import (
     flow_readiness,
     group_readiness,
 )
+from mirrorline.core.fencing import foreign_groups
 from mirrorline.core.translation import Translation
 from mirrorline.kafka.groups import GroupInUse, GroupState
 from mirrorline.kafka.timeindex import TimeIndex
@@ -164,6 +165,14 @@ class FlowFailover:
         states = await self.cp.target_groups.describe(groups)
         return {g: s for g, s in states.items() if s.active}
 
+    def refuse_foreign(self, groups: Sequence[str]) -> None:
+        """Only groups the flow's group filter covers may be committed (core.fencing)."""
+        foreign = foreign_groups(groups, self.cp.group_filter)
+        if foreign:
+            raise Refused(grpc.StatusCode.INVALID_ARGUMENT,
+                          f"groups: {', '.join(foreign)} not covered by the groups filter of "
+                          f"flow {self.cp.name}; a failover commits only the flow's groups")
+
     async def refuse_active(self, groups: Sequence[str]) -> None:
         active = await self.active(groups)
         if active:
@@ -255,6 +264,7 @@ class FlowFailover:
         if drain_timeout_ms < 0:
             raise Refused(grpc.StatusCode.INVALID_ARGUMENT,
                           f"drain_timeout_ms: must not be negative (got {drain_timeout_ms})")
+        self.refuse_foreign(groups)
         await self.refuse_active(groups)
         ends = await self.source_ends()
         if mode == failover_pb2.FAILOVER_MODE_DRAIN:
@@ -311,6 +321,7 @@ class FlowFailover:
         if timestamp_ms < 0:
             raise Refused(grpc.StatusCode.INVALID_ARGUMENT,
                           f"timestamp_ms: must not be negative (got {timestamp_ms})")
+        self.refuse_foreign(groups)
         await self.refuse_active(groups)
         remote = await self.remote_partitions()
         if not remote:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Mapping
@@ -28,7 +29,6 @@ from mirrorline.core.checkpoints import (
     compute_checkpoints,
     plan_group_offset_sync,
 )
-from mirrorline.core.errors import WireFormatError
 from mirrorline.core.filters import GroupFilter, TopicFilter
 from mirrorline.core.policy import checkpoint_topic_name, make_policy
 from mirrorline.core.settings import FlowSettings
@@ -120,15 +120,18 @@ class FlowCheckpointer:
                         "be translated until new ones arrive", self.name,
                         self.checkpoints_topic, exc)
             return False
-        errors = self.store.load_raw([(r.key, r.value) for r in records])
-        for record in records:  # the age of each group's newest checkpoint, for plans
-            with contextlib.suppress(WireFormatError):
-                group = Checkpoint.decode(record.key, record.value).group
-                self.last_checkpoint_ms[group] = max(self.last_checkpoint_ms.get(group, 0),
-                                                     record.timestamp)
-        if errors:
-            log.info("%s: %d undecodable records in %s skipped", self.name, len(errors),
-                     self.checkpoints_topic)
+        good: list[Checkpoint] = []
+        for record in records:
+            checkpoint = self.translator.bad_records.decode(
+                record.topic, record.partition, record.offset,
+                functools.partial(_valid_checkpoint, record.key, record.value))
+            if checkpoint is None:
+                continue
+            good.append(checkpoint)
+            # the age of each group's newest checkpoint, for plans
+            self.last_checkpoint_ms[checkpoint.group] = max(
+                self.last_checkpoint_ms.get(checkpoint.group, 0), record.timestamp)
+        self.store.load(good)
         return True
 
     # -- which groups, which partitions -----------------------------------------------------
@@ -253,3 +256,12 @@ class FlowCheckpointer:
         if upstream is not None and self.rename(upstream) == downstream:
             return upstream
         return downstream
+
+
+def _valid_checkpoint(key: bytes | None, value: bytes | None) -> Checkpoint:
+    """A checkpoint that decodes but cannot be true is as bad as one that does not."""
+    checkpoint = Checkpoint.decode(key, value)
+    if (checkpoint.partition < 0 or checkpoint.upstream_offset < 0
+            or checkpoint.downstream_offset < 0):
+        raise ValueError(f"impossible checkpoint {checkpoint}")
+    return checkpoint

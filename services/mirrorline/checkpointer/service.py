@@ -15,11 +15,12 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
+import grpc
 from opentelemetry.metrics import CallbackOptions, Observation
 
+from mirrorline import grpcsecure
 from mirrorline.checkpointer.api import CheckpointerServicer
 from mirrorline.checkpointer.flow import FlowCheckpointer
-from mirrorline.controlplane.announce import announce_forever
 from mirrorline.controlplane.home import control_topics, home_clients, home_cluster
 from mirrorline.controlplane.log import ControlLog
 from mirrorline.core.backoff import Backoff
@@ -28,11 +29,16 @@ from mirrorline.core.flowdefs import Definition, flow_settings
 from mirrorline.core.settings import FlowSettings, MirrorSettings
 from mirrorline.grpcserver import ServiceServer
 from mirrorline.kafka.admin import ClusterAdmin
+from mirrorline.kafka.causes import explain
 from mirrorline.kafka.clients import admin_kwargs, build, consumer_kwargs, producer_kwargs
+from mirrorline.kafka.health import ClusterProbe
+from mirrorline.runtime import stop_within
 from mirrorline.telemetry import Telemetry, setup_telemetry
-from mirrorline.v1 import failover_pb2, failover_pb2_grpc
+from mirrorline.v1 import coordinator_pb2, coordinator_pb2_grpc, failover_pb2, failover_pb2_grpc
 
 log = logging.getLogger(__name__)
+
+ANNOUNCE_S = 3.0
 
 
 class FlowRunner:
@@ -74,9 +80,12 @@ class FlowRunner:
                                            "target-admin")
                 break
             except Exception as exc:
-                self.error = f"target cluster {flow.target!r} unreachable: {exc!r}"
-                await asyncio.sleep(backoff.delay(attempt))
+                delay = backoff.delay(attempt)
                 attempt += 1
+                self.error = (f"target cluster {flow.target!r} unreachable: "
+                              f"{explain(exc, flow.clients.target_admin.get('bootstrap.servers'))}")
+                log.warning("%s: %s; retrying in %.0fs", flow.name, self.error, delay)
+                await asyncio.sleep(delay)
         source = await self._source()
         checkpointer = FlowCheckpointer(
             flow, source_admin=source, target_admin=target,
@@ -91,7 +100,7 @@ class FlowRunner:
                 await checkpointer.start()
                 break
             except Exception as exc:
-                self.error = f"cannot start checkpointing: {exc!r}"
+                self.error = f"cannot start checkpointing: {explain(exc)}"
                 log.warning("%s: %s", flow.name, self.error)
                 await asyncio.sleep(backoff.delay(attempt))
                 attempt += 1
@@ -109,20 +118,25 @@ class FlowRunner:
             self.source_up = True
             return admin
         except Exception as exc:
-            log.warning("%s: source cluster %r unreachable (%r); working from the target "
-                        "alone", self.flow.name, self.flow.source, exc)
+            servers = self.flow.clients.source_admin.get("bootstrap.servers")
+            log.warning("%s: source cluster %r unreachable (%s); working from the target "
+                        "alone", self.flow.name, self.flow.source, explain(exc, servers))
             return ClusterAdmin(self.flow.source, build(
                 admin_kwargs, self.flow.clients.source_admin, f"{self._name}|source-admin"))
+
+    @property
+    def healthy(self) -> bool:
+        """Started, and its last checkpointing round worked."""
+        return self.checkpointer is not None and self.checkpointer.error is None
 
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
         if self.checkpointer is not None:
-            await self.checkpointer.stop()
+            await stop_within(self.checkpointer.stop(), 1.0, f"stopping {self.flow.name}")
         for admin in self._admins:
-            with contextlib.suppress(Exception):
-                await admin.close()
+            await stop_within(admin.close(), 0.3, "closing an admin client")
 
 
 class CheckpointerService:
@@ -144,6 +158,10 @@ class CheckpointerService:
         self.telemetry: Telemetry | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._changed = asyncio.Event()
+        #: Why the control log cannot be read (managed mode); None when it can.
+        self.error: str | None = None
+        #: One probe per flow target: checkpoints cannot be written while it is down.
+        self.probes: dict[str, ClusterProbe] = {}
 
     def runner(self, flow: str) -> FlowRunner | None:
         found = self.runners.get(flow)
@@ -164,15 +182,8 @@ class CheckpointerService:
         port = await self._grpc.start()
         address = self._advertise or f"127.0.0.1:{port}"
         if self._managed:
-            home = home_cluster(self.settings, self._targets)
-            consumer, _, _ = home_clients(self.settings, home, f"checkpointer-{self.instance_id}")
-            self._control = ControlLog(consumer_kwargs=consumer,
-                                       topic=control_topics(self.settings)[0])
-            await self._control.start()
-            self._control.listen(lambda *_: self._changed.set())
-            self._tasks.append(asyncio.create_task(self._follow(), name="follow control log"))
-            self._tasks.append(asyncio.create_task(announce_forever(
-                self._control, "checkpointer", self.instance_id, address), name="announce"))
+            self._tasks.append(asyncio.create_task(self._join(address),
+                                                   name="join the control plane"))
         else:
             for flow in self.settings.enabled_flows(self._targets):
                 self._add(flow.name, None, flow)
@@ -180,16 +191,43 @@ class CheckpointerService:
         log.info("checkpointer %s: gRPC %s (%s)", self.instance_id, address,
                  "flows from the control log" if self._managed else "flows from the file")
 
+    async def _join(self, address: str) -> None:
+        """Managed mode: read the control log (retrying while the home cluster does not
+        answer, one line per attempt), then follow it and announce this checkpointer."""
+        home = home_cluster(self.settings, self._targets)
+        consumer, _, _ = home_clients(self.settings, home, f"checkpointer-{self.instance_id}")
+        servers = dict(self.settings.clusters[home].connection).get("bootstrap.servers")
+        backoff, attempt = Backoff(initial=1.0, maximum=30.0), 0
+        while True:
+            control = ControlLog(consumer_kwargs=consumer,
+                                 topic=control_topics(self.settings)[0])
+            try:
+                await control.start()
+                break
+            except Exception as exc:
+                await stop_within(control.stop(), 1.0, "closing the control log reader")
+                delay = backoff.delay(attempt)
+                attempt += 1
+                self.error = f"home cluster {home!r} unreachable: {explain(exc, servers)}"
+                log.warning("%s; retrying in %.0fs", self.error, delay)
+                await asyncio.sleep(delay)
+        self._control, self.error = control, None
+        control.listen(lambda *_: self._changed.set())
+        self._tasks.append(asyncio.create_task(self._follow(), name="follow control log"))
+        self._tasks.append(asyncio.create_task(self._announce(address), name="announce"))
+
     async def stop(self) -> None:
         await self._grpc.set_serving(False)
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        await asyncio.gather(*(r.stop() for _, r in self.runners.values()),
-                             return_exceptions=True)
+        await stop_within(asyncio.gather(*(r.stop() for _, r in self.runners.values()),
+                                         return_exceptions=True), 1.2, "stopping the flows")
         if self._control is not None:
-            await self._control.stop()
-        await self._grpc.stop()
+            await stop_within(self._control.stop(), 0.3, "closing the control log reader")
+        await stop_within(asyncio.gather(*(p.stop() for p in self.probes.values()),
+                                         return_exceptions=True), 0.3, "closing the probes")
+        await self._grpc.stop(grace=0.3)
         if self.telemetry is not None:
             await self.telemetry.stop()
 
@@ -219,10 +257,44 @@ class CheckpointerService:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), 5.0)
 
+    async def _announce(self, address: str) -> None:
+        """Tell the leading controller where to forward offset and failover requests."""
+        assert self._control is not None
+        channel: grpc.aio.Channel | None = None
+        target: str | None = None
+        while True:
+            leader = self._control.state.leader_address
+            if leader:
+                if leader != target:
+                    if channel is not None:
+                        await channel.close()
+                    channel, target = grpcsecure.channel(leader), leader
+                assert channel is not None
+                with contextlib.suppress(grpc.aio.AioRpcError):
+                    await coordinator_pb2_grpc.CoordinatorStub(channel).Announce(
+                        coordinator_pb2.ServiceAnnouncement(
+                            service="checkpointer", instance_id=self.instance_id,
+                            address=address), timeout=2)
+            await asyncio.sleep(ANNOUNCE_S)
+
+    def serving(self) -> bool:
+        """SERVING only while every flow checkpoints (a failing round is NOT_SERVING) and,
+        when managed, the control log is read."""
+        if self._managed and self._control is None:
+            return False
+        return (all(r.healthy for _, r in self.runners.values())
+                and all(p.reachable for p in self.probes.values()))
+
     async def _health(self) -> None:
         while True:
-            serving = all(r.started for _, r in self.runners.values())
-            await self._grpc.set_serving(serving)
+            for _, runner in list(self.runners.values()):
+                target = runner.flow.target
+                if target not in self.probes:
+                    self.probes[target] = probe = ClusterProbe(target, build(
+                        admin_kwargs, runner.flow.clients.target_admin,
+                        f"checkpointer-{self.instance_id}|probe"))
+                    probe.start()
+            await self._grpc.set_serving(self.serving())
             await asyncio.sleep(1.0)
 
     def _register_metrics(self) -> None:

@@ -15,17 +15,16 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from google.protobuf.message import DecodeError
-
-from mirrorline.core.errors import WireFormatError
+from mirrorline.core.bad_records import BadRecords
 from mirrorline.core.offset_map import OffsetMap
 from mirrorline.core.offset_sync_store import OffsetSyncStore
 from mirrorline.core.policy import ReplicationPolicy
 from mirrorline.core.settings import FlowSettings
 from mirrorline.core.topics import offset_map_topic
 from mirrorline.core.translation import Translation, translate, why_not
-from mirrorline.core.wire import OffsetSync
+from mirrorline.core.wire import valid_sync
 from mirrorline.kafka.reader import TopicReader
+from mirrorline.kafka.records import Record
 from mirrorline.v1 import offset_map_pb2
 
 log = logging.getLogger(__name__)
@@ -48,6 +47,7 @@ class FlowTranslator:
         self.map_ready = asyncio.Event()
         self.syncs_ready = asyncio.Event()
         self._must_read_to_end = True
+        self.bad_records = BadRecords(f"checkpointer {flow.name}")
         self._tasks: list[asyncio.Task[None]] = []
 
     def start(self, *, checkpoints_loaded: bool) -> None:
@@ -95,19 +95,19 @@ class FlowTranslator:
         self.syncs.finish_initial_read()
         self.syncs_ready.set()
 
-    def _on_sync(self, key: bytes | None, value: bytes | None) -> None:
-        try:
-            self.syncs.add(OffsetSync.decode(key, value))
-        except WireFormatError as exc:
-            log.debug("%s: undecodable offset sync skipped: %s", self.flow.name, exc)
+    def _on_sync(self, record: Record) -> None:
+        sync = self.bad_records.decode(record.topic, record.partition, record.offset,
+                                       lambda: valid_sync(record.key, record.value))
+        if sync is not None:
+            self.syncs.add(sync)
 
-    def _on_map(self, key: bytes | None, value: bytes | None) -> None:
-        record = offset_map_pb2.OffsetMapRecord()
-        try:
-            record.ParseFromString(value or b"")
-        except DecodeError:
-            return
-        self.map.add_record(record)
+    def _on_map(self, record: Record) -> None:
+        def fold() -> None:  # decoding and checking happen before anything changes
+            parsed = offset_map_pb2.OffsetMapRecord()
+            parsed.ParseFromString(record.value or b"")
+            self.map.add_record(parsed)
+
+        self.bad_records.decode(record.topic, record.partition, record.offset, fold)
 
     async def _follow(self, topic: str, kwargs: Mapping[str, Any], apply: Any,
                       loaded: Any) -> None:
@@ -123,14 +123,14 @@ class FlowTranslator:
                 if first and topic == self.syncs_topic:
                     self.syncs.start_initial_read(self._must_read_to_end)
                 for record in await reader.read_to_end():
-                    apply(record.key, record.value)
+                    apply(record)
                     position = record.offset + 1
                 if first:
                     loaded()
                     first = False
                 while True:
                     for record in await reader.poll(timeout_ms=1000):
-                        apply(record.key, record.value)
+                        apply(record)
                         position = record.offset + 1
             except asyncio.CancelledError:
                 raise

@@ -13,6 +13,7 @@ _COMMAND_MODULES = (
     "mirrorline.cli.services",
     "mirrorline.cli.dev",
     "mirrorline.cli.admin",
+    "mirrorline.cli.health",
     "mirrorline.cli.config_check",
 )
 

@@ -32,12 +32,14 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar, cast
 
 import grpc
 from google.protobuf.message import Message
 
+from mirrorline import grpcsecure
+from mirrorline.cli import admin_security
 from mirrorline.cli.admin_args import (
     DEFAULT_DRAIN_TIMEOUT,
     DEFAULT_SERVER,
@@ -78,7 +80,11 @@ from mirrorline.cli.admin_format import (
     format_workers,
     to_json,
 )
-from mirrorline.v1 import admin_pb2, admin_pb2_grpc
+from mirrorline.cli.admin_history import format_history
+from mirrorline.core.errors import ConfigError
+from mirrorline.core.flowdefs import flow_level_text
+from mirrorline.grpcsecure import ClientCredentials
+from mirrorline.v1 import admin_pb2, admin_pb2_grpc, audit_pb2
 
 __all__ = [
     "LEADER_ADDRESS_KEY",
@@ -173,6 +179,16 @@ def _redirect_of(exc: grpc.RpcError, address: str) -> str | None:
 class Connection:
     server: str
     timeout: float
+    credentials: ClientCredentials = field(default_factory=ClientCredentials)
+
+
+def _follow(connection: Connection, address: str, leader: str | None) -> str | None:
+    """The leader to retry at, None to give up; AdminError when the redirect is refused."""
+    if leader is None:
+        return None
+    if not admin_security.may_follow(leader, connection.credentials):
+        raise AdminError(admin_security.refused_redirect(address, leader))
+    return leader
 
 
 def invoke(connection: Connection,
@@ -182,12 +198,13 @@ def invoke(connection: Connection,
     """One unary call with the deadline, retried once at the leader; AdminError on failure."""
     address = connection.server
     for attempt in range(2):
-        with grpc.insecure_channel(address) as channel:
+        with grpcsecure.blocking_channel(address, connection.credentials) as channel:
             try:
                 return method(admin_pb2_grpc.AdminStub(channel))(
                     request, timeout=connection.timeout)
             except grpc.RpcError as exc:
-                leader = _redirect_of(exc, address) if attempt == 0 else None
+                leader = _follow(connection, address,
+                                 _redirect_of(exc, address) if attempt == 0 else None)
                 if leader is None:
                     raise _failure(exc, address, channel) from None
                 address = leader
@@ -214,7 +231,11 @@ def _emit(args: argparse.Namespace, response: Message, render: Callable[[], str]
 
 
 def _connection(args: argparse.Namespace) -> Connection:
-    return Connection(resolve_server(args.server, os.environ), call_deadline(args))
+    try:
+        creds = admin_security.credentials(args)
+    except ConfigError as exc:
+        raise AdminError(f"credentials: {exc}") from None
+    return Connection(resolve_server(args.server, os.environ), call_deadline(args), creds)
 
 
 def _fail(error: AdminError) -> int:
@@ -253,6 +274,12 @@ def _usage_error(args: argparse.Namespace, message: str) -> int:
 
 
 # --------------------------------------------------------------------------- handlers
+
+
+def _history(args: argparse.Namespace) -> int:
+    return _unary(args, lambda stub: stub.History,
+                  audit_pb2.HistoryRequest(flow=args.flow or "", limit=args.limit),
+                  format_history)
 
 
 def _flows_list(args: argparse.Namespace) -> int:
@@ -306,6 +333,11 @@ def _flows_import(args: argparse.Namespace) -> int:
         text = read_properties_file(args.file)
     except OSError as exc:
         return _usage_error(args, f"cannot read {args.file}: {exc.strerror or exc}")
+    try:
+        # Only flow definitions travel: connections, client settings and secrets stay here.
+        text, _left_out = flow_level_text(text, source=args.file)
+    except ConfigError as exc:
+        return _usage_error(args, str(exc))
     request = admin_pb2.ImportFlowsRequest(properties=text, source_name=args.file)
     try:
         response = invoke(_connection(args), lambda stub: stub.ImportFlows, request)
@@ -397,7 +429,7 @@ def _watch(args: argparse.Namespace) -> int:
     tty = sys.stdout.isatty()
     address = connection.server
     for attempt in range(2):
-        with grpc.insecure_channel(address) as channel:
+        with grpcsecure.blocking_channel(address, connection.credentials) as channel:
             stream = admin_pb2_grpc.AdminStub(channel).WatchStatus(request)
             timed_out = threading.Event()
 
@@ -429,7 +461,8 @@ def _watch(args: argparse.Namespace) -> int:
                         ) from None
                     raise AdminError(f"DEADLINE_EXCEEDED: no status report within "
                                      f"{connection.timeout:g}s") from None
-                leader = _redirect_of(exc, address) if first and attempt == 0 else None
+                leader = _follow(connection, address, _redirect_of(exc, address)
+                                 if first and attempt == 0 else None)
                 if leader is None:
                     raise _failure(exc, address, channel) from None
                 address = leader
@@ -464,6 +497,7 @@ def _add_connection_options(parser: argparse.ArgumentParser, *, defaults: bool) 
     parser.add_argument(
         "--timeout", type=positive_seconds, default=default(DEFAULT_TIMEOUT),
         metavar="SECONDS", help=f"deadline of each call (default: {DEFAULT_TIMEOUT:g})")
+    admin_security.add_options(parser, defaults=defaults)
 
 
 def _add_property_options(parser: argparse.ArgumentParser) -> None:
@@ -540,6 +574,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                              "controller's, 2)")
 
     leaf(admin_sub, "workers", _workers, "replicator workers and their partitions")
+    history = leaf(admin_sub, "history", _history,
+                   "the audit trail: who changed what, newest last")
+    history.add_argument("--flow", type=parse_flow_name, metavar="FLOW",
+                         help="only calls about this flow")
+    history.add_argument("--limit", type=int, default=100, metavar="N",
+                         help="newest N entries (default 100)")
+    admin_security.register_token(admin_sub)
 
     from mirrorline.cli import admin_heartbeat
 

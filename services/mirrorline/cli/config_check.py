@@ -15,9 +15,11 @@ import sys
 from collections.abc import Mapping
 from typing import Any, TextIO
 
+from mirrorline import grpcsecure
 from mirrorline.core.config import load_config, mask
 from mirrorline.core.errors import ConfigError
 from mirrorline.core.policy import make_policy
+from mirrorline.core.security import grpc_security
 from mirrorline.core.settings import FlowSettings, MirrorSettings
 
 _EXAMPLE_TOPIC = "orders"
@@ -40,11 +42,16 @@ def _check(args: argparse.Namespace) -> int:
     try:
         settings = load_config(args.file)
         client_warnings = check_clients(settings)
+        grpc = grpc_security(settings.raw)  # the gRPC security keys, as every service reads them
+        grpcsecure.load(grpc)               # their files exist and parse
     except ConfigError as exc:
         print(f"mirrorline: configuration error: {exc}", file=sys.stderr)
         return 2
     warnings = (*settings.warnings, *client_warnings)
     print_summary(settings, sys.stdout, warnings=len(warnings))
+    print(f"grpc: {'TLS' if grpc.tls else 'plaintext (loopback only)'}"
+          f"{', client certificates required' if grpc.client_auth_required else ''}"
+          f"{', authenticated' if grpc.authenticates else ', no authentication'}")
     for warning in warnings:
         print(f"mirrorline: warning: {args.file}: {warning}", file=sys.stderr)
     return 0

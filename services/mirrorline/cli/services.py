@@ -12,9 +12,11 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from mirrorline import grpcsecure
 from mirrorline.controller.service import DEFAULT_LEASE_MS
 from mirrorline.core.config import load_config
 from mirrorline.core.errors import ConfigError
+from mirrorline.core.security import bind_problem, grpc_security
 from mirrorline.core.settings import MirrorSettings
 from mirrorline.ports import GRPC_PORTS, METRICS_PORTS
 from mirrorline.runtime import Service, configure_logging, run_service
@@ -26,14 +28,19 @@ log = logging.getLogger(__name__)
 VALIDATED_ENV = "MIRRORLINE_CONFIG_VALIDATED"
 
 
-def load_settings(path: str) -> MirrorSettings | None:
-    """Load and check the config (every client setting and TLS store included), printing
-    errors and warnings; None means "exit with status 2"."""
+def load_settings(path: str, bind: str = "127.0.0.1") -> MirrorSettings | None:
+    """Load and check the config (every client setting and TLS store included) and this
+    process's gRPC security, printing errors and warnings; None means "exit with status 2"."""
     from mirrorline.kafka.preflight import check_clients
 
     try:
         settings = load_config(path)
         client_warnings = check_clients(settings)
+        security = grpc_security(settings.raw)
+        problem = bind_problem(bind, security)
+        if problem is not None:
+            raise ConfigError("mirrorline.grpc.tls.certificate", problem, source=path)
+        grpcsecure.configure(grpcsecure.load(security))
     except ConfigError as exc:
         print(f"mirrorline: configuration error: {exc}", file=sys.stderr)
         return None
@@ -131,7 +138,7 @@ def _serve(factory: Callable[[], Service]) -> int:
 
 def _replicator(args: argparse.Namespace) -> int:
     configure_logging("replicator", args.log_level)
-    settings = load_settings(args.config)
+    settings = load_settings(args.config, args.bind)
     if settings is None:
         return 2
     from mirrorline.replicator.service import ReplicatorService
@@ -146,13 +153,13 @@ def _replicator(args: argparse.Namespace) -> int:
 
 def _controller(args: argparse.Namespace) -> int:
     configure_logging("controller", args.log_level)
-    settings = load_settings(args.config)
+    settings = load_settings(args.config, args.bind)
     if settings is None:
         return 2
     from mirrorline.controller.service import ControllerService
 
     controller_id = args.controller_id or f"controller-{uuid.uuid4().hex[:6]}"
-    return run_service(lambda: ControllerService(
+    return _serve(lambda: ControllerService(
         settings, controller_id=controller_id, targets=args.clusters, grpc_host=args.bind,
         grpc_port=args.grpc_port, advertise=args.advertise, metrics_host=args.bind,
         metrics_port=None if args.metrics_port < 0 else args.metrics_port,
@@ -161,7 +168,7 @@ def _controller(args: argparse.Namespace) -> int:
 
 def _checkpointer(args: argparse.Namespace) -> int:
     configure_logging("checkpointer", args.log_level)
-    settings = load_settings(args.config)
+    settings = load_settings(args.config, args.bind)
     if settings is None:
         return 2
     from mirrorline.checkpointer.service import CheckpointerService
@@ -192,7 +199,7 @@ def _heartbeat(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     configure_logging("run", args.log_level)
-    settings = load_settings(args.config)
+    settings = load_settings(args.config, args.bind)
     if settings is None:
         return 2
     if not settings.enabled_flows(tuple(args.clusters) if args.clusters else None):

@@ -19,6 +19,7 @@ from typing import Any, Final
 from mirrorline.client.checkpoints import TranslatedOffsets, fold_checkpoints
 from mirrorline.client.config import MirrorClientConfig
 from mirrorline.core import topology
+from mirrorline.core.bad_records import BadRecords
 from mirrorline.core.policy import ReplicationPolicy
 from mirrorline.kafka.admin import ClusterAdmin
 from mirrorline.kafka.clients import admin_kwargs, consumer_kwargs
@@ -154,6 +155,7 @@ class MirrorClient:
         offsets: TranslatedOffsets = {}
         deadline = time.monotonic() + timeout
         reader = TopicReader(self._consumer_kwargs, topic)
+        bad = BadRecords(f"checkpoint reader (group {group!r})")
         try:
             await reader.start(partitions=1)
             while not await reader.caught_up():
@@ -163,7 +165,7 @@ class MirrorClient:
                                 "group %r read so far", topic, timeout, len(offsets), group)
                     break
                 fold_checkpoints(await reader.poll(min(_POLL_MS, remaining_ms)), group,
-                                 offsets)
+                                 offsets, bad)
         finally:
             await reader.stop()
         log.info("consumed %d checkpoints for group %r from %r", len(offsets), group, topic)

@@ -16,10 +16,10 @@ from typing import Any, NoReturn, Protocol
 import grpc
 
 from mirrorline.controller import status
+from mirrorline.controller.audit import MAX_HISTORY, history
 from mirrorline.controller.discovery import Discoveries
-from mirrorline.controller.failback import Failback, FailbackError, confirmation
+from mirrorline.controller.failback import Failback, FailbackError, ScrapeRefused, confirmation
 from mirrorline.controller.workers import WorkerRegistry
-from mirrorline.core.config import parse_config
 from mirrorline.core.control import ControlState, FlowRecord, Outcome
 from mirrorline.core.errors import ConfigError
 from mirrorline.core.flowdefs import (
@@ -28,18 +28,20 @@ from mirrorline.core.flowdefs import (
     compose,
     differences,
     file_defaults,
-    file_definitions,
+    import_definitions,
     property_of,
 )
 from mirrorline.core.settings import MirrorSettings
 from mirrorline.v1 import (
     admin_pb2,
     admin_pb2_grpc,
+    audit_pb2,
     control_pb2,
     failover_pb2,
     failover_pb2_grpc,
     flows_pb2,
     heartbeat_pb2,
+    heartbeat_pb2_grpc,
 )
 
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -148,11 +150,10 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
         epoch = await self._c.require_leader(context)
         source = request.source_name or "imported file"
         try:
-            imported = parse_config(request.properties, source=source)
+            definitions, warnings = import_definitions(request.properties, source=source)
         except ConfigError as exc:
             await _invalid(context, "properties", str(exc))
-        reply = admin_pb2.ImportFlowsResponse(warnings=[str(w) for w in imported.warnings])
-        definitions = file_definitions(imported)
+        reply = admin_pb2.ImportFlowsResponse(warnings=warnings)
         for name, definition in definitions.items():
             await self._validate(definition, context, prefix=f"properties ({name})")
         current = {n: Definition(r.source, r.target, r.properties)
@@ -206,6 +207,14 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
                           context: Context) -> admin_pb2.ListWorkersResponse:
         await self._c.require_leader(context)
         return status.workers(self._c.state, self._c.registry)
+
+    async def History(self, request: audit_pb2.HistoryRequest,
+                      context: Context) -> audit_pb2.HistoryResponse:
+        await self._c.require_leader(context)
+        limit = request.limit or 100
+        if not 0 < limit <= MAX_HISTORY:
+            await _invalid(context, "limit", f"must be between 1 and {MAX_HISTORY}")
+        return history(self._c.state, request.flow, limit)
 
     # -- offsets and disaster recovery ----------------------------------------------------
     async def TranslateOffsets(self, request: failover_pb2.TranslateOffsetsRequest,
@@ -291,6 +300,8 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
             try:
                 topics = list(request.topics) or list(await failback.topics())
                 scraped, deleted = await failback.scrape(topics)
+            except ScrapeRefused as exc:
+                await _invalid(context, "topics", str(exc))
             except FailbackError as exc:
                 await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
                 raise
@@ -333,7 +344,7 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
         address = self._c.registry.service_address("heartbeat")
         if address is None:
             return
-        stub = admin_pb2_grpc.AdminStub(self._c.registry.channel(address))
+        stub = heartbeat_pb2_grpc.HeartbeatStub(self._c.registry.channel(address))
         for flow in report.flows:
             try:
                 reply = await stub.Audit(heartbeat_pb2.AuditRequest(
@@ -342,14 +353,14 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
                 continue
             report.audit.append(reply.totals)
 
-    async def _heartbeat(self, context: Context) -> admin_pb2_grpc.AdminStub:
+    async def _heartbeat(self, context: Context) -> heartbeat_pb2_grpc.HeartbeatStub:
         address = self._c.registry.service_address("heartbeat")
         if address is None:
             await context.abort(grpc.StatusCode.UNAVAILABLE,
                                 "no heartbeat service has announced itself to this "
                                 "controller; is `mirrorline heartbeat --managed` running?")
         assert address is not None
-        return admin_pb2_grpc.AdminStub(self._c.registry.channel(address))
+        return heartbeat_pb2_grpc.HeartbeatStub(self._c.registry.channel(address))
 
     async def _checkpointer(self, context: Context) -> failover_pb2_grpc.CheckpointerStub:
         address = self._c.registry.service_address("checkpointer")

@@ -3,15 +3,21 @@
 Reuses the replicator's `TopicDiscovery` (filtering, remote topic creation, partition
 growth) with one admin client per cluster shared by all flows. Each flow is refreshed
 every `refresh.topics.interval.seconds`, and at once when it is created or changed.
+
+Flows are independent: each refresh runs in its own task with its own time limit, so a
+flow whose cluster hangs (a TLS client talking to a plaintext listener waits for a
+timeout on every request) delays nobody else's discovery. The reconcile loop plans from
+whatever is known and is woken whenever a refresh finishes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,9 +25,13 @@ from mirrorline.core.assignment import PartitionKey
 from mirrorline.core.policy import make_policy
 from mirrorline.core.settings import FlowSettings
 from mirrorline.kafka.admin import ClusterAdmin
+from mirrorline.kafka.causes import explain
 from mirrorline.replicator.discovery import DiscoveryResult, TopicDiscovery
 
 log = logging.getLogger(__name__)
+
+#: Longest a flow's refresh may take before it counts as failed.
+REFRESH_TIMEOUT_S = 30.0
 
 
 @dataclass
@@ -37,24 +47,40 @@ class FlowTopics:
 
 
 class Discoveries:
-    def __init__(self, admin_kwargs: Mapping[str, Mapping[str, Any]]) -> None:
+    def __init__(self, admin_kwargs: Mapping[str, Mapping[str, Any]],
+                 on_refreshed: Callable[[], None] | None = None) -> None:
         self._admin_kwargs = admin_kwargs  # alias -> aiokafka admin kwargs
         self._admins: dict[str, ClusterAdmin] = {}
+        self._connecting: dict[str, asyncio.Lock] = {}
+        self._running: dict[str, asyncio.Task[None]] = {}
+        self.on_refreshed = on_refreshed
         self.flows: dict[str, FlowTopics] = {}
+        #: Flows whose definition does not fit this deployment, with the reason.
+        self.broken: dict[str, str] = {}
 
     async def close(self) -> None:
+        for task in self._running.values():
+            task.cancel()
+        await asyncio.gather(*self._running.values(), return_exceptions=True)
+        self._running.clear()
         for admin in self._admins.values():
             with contextlib.suppress(Exception):
                 await admin.close()
         self._admins.clear()
 
     async def admin(self, alias: str) -> ClusterAdmin:
-        admin = self._admins.get(alias)
-        if admin is None:
-            admin = ClusterAdmin(alias, self._admin_kwargs[alias])
-            await admin.start()
-            self._admins[alias] = admin
-        return admin
+        async with self._connecting.setdefault(alias, asyncio.Lock()):
+            admin = self._admins.get(alias)
+            if admin is None:
+                admin = ClusterAdmin(alias, self._admin_kwargs[alias])
+                try:
+                    await admin.start()
+                except BaseException:
+                    with contextlib.suppress(Exception):
+                        await asyncio.wait_for(admin.close(), 1.0)
+                    raise
+                self._admins[alias] = admin
+            return admin
 
     def sync(self, flows: Iterable[tuple[FlowSettings, int]]) -> None:
         """Track exactly these flows (settings with the version they were defined at)."""
@@ -69,16 +95,40 @@ class Discoveries:
                                               partitions=known.partitions if known else {})
 
     async def refresh_due(self, paused: set[str]) -> None:
-        """Refresh every flow whose interval has passed (paused flows keep what they had).
+        """Start a refresh of every flow whose interval has passed (paused flows keep what
+        they had); returns at once -- see the module docstring.
 
         With `refresh.topics.enabled = false` a flow's topics are found once, when the flow
         starts or changes, and never again -- MM2 loads them when the connector starts and
         schedules no refresh; a failed first attempt is retried until it succeeds."""
         now = time.monotonic()
-        due = [f for name, f in self.flows.items() if name not in paused and (
-            f.stale or (now - f.refreshed_at >= f.settings.refresh_topics_interval_s
-                        and (f.settings.refresh_topics_enabled or f.result is None)))]
-        await asyncio.gather(*(self._refresh(f) for f in due))
+        for name, f in self.flows.items():
+            if name in paused or name in self._running:
+                continue
+            if f.stale or (now - f.refreshed_at >= f.settings.refresh_topics_interval_s
+                           and (f.settings.refresh_topics_enabled or f.result is None)):
+                task = asyncio.create_task(self._refresh_within(f), name=f"discover {name}")
+                self._running[name] = task
+                task.add_done_callback(functools.partial(self._refreshed, name))
+
+    async def wait_idle(self) -> None:
+        """Wait for the refreshes under way (tests and shutdown)."""
+        await asyncio.gather(*self._running.values(), return_exceptions=True)
+
+    def _refreshed(self, name: str, _task: asyncio.Task[None]) -> None:
+        self._running.pop(name, None)
+        if self.on_refreshed is not None:
+            self.on_refreshed()
+
+    async def _refresh_within(self, flow: FlowTopics) -> None:
+        try:
+            await asyncio.wait_for(self._refresh(flow), REFRESH_TIMEOUT_S)
+        except TimeoutError:
+            flow.error = (f"topic discovery failed: no answer within {REFRESH_TIMEOUT_S:.0f}s "
+                          f"from {flow.settings.source!r} or {flow.settings.target!r}")
+            log.warning("%s: %s", flow.settings.name, flow.error)
+            flow.refreshed_at = time.monotonic()
+            flow.stale = False
 
     async def _refresh(self, flow: FlowTopics) -> None:
         settings = flow.settings
@@ -95,7 +145,11 @@ class Discoveries:
                 for p in range(remote.partitions)
             }
         except Exception as exc:
-            flow.error = f"topic discovery failed: {exc!r}"
+            protocols = {self._admin_kwargs.get(a, {}).get("security_protocol")
+                         for a in (settings.source, settings.target)}
+            tls = "SSL" if protocols & {"SSL", "SASL_SSL"} else None
+            flow.error = (f"topic discovery failed: "
+                          f"{explain(exc, self._servers(settings), protocol=tls)}")
             log.warning("%s: %s", settings.name, flow.error)
             for alias in (settings.source, settings.target):
                 admin = self._admins.pop(alias, None)
@@ -105,13 +159,27 @@ class Discoveries:
         flow.refreshed_at = time.monotonic()
         flow.stale = False
 
+    def _servers(self, settings: FlowSettings) -> list[str]:
+        out: list[str] = []
+        for alias in (settings.source, settings.target):
+            servers = self._admin_kwargs.get(alias, {}).get("bootstrap_servers", "")
+            out += servers.split(",") if isinstance(servers, str) else list(servers)
+        return out
+
     def desired(self) -> dict[PartitionKey, str]:
         out: dict[PartitionKey, str] = {}
         for flow in self.flows.values():
             out.update(flow.partitions)
         return out
 
+    def undiscovered(self) -> set[str]:
+        """Flows whose topics are not known yet (first refresh under way or failed): their
+        current assignment stands until they are."""
+        return {name for name, f in self.flows.items() if f.result is None}
+
     def problems(self, name: str) -> dict[str, str]:
+        if name in self.broken:
+            return {"*": self.broken[name]}
         flow = self.flows.get(name)
         if flow is None:
             return {}

@@ -67,6 +67,10 @@ class Election:
                     await self._step_down(f"could not renew the lease for {self.lease_s:.0f}s "
                                           f"({exc!r})")
             return
+        if state.epoch < self._epoch_seen[0]:
+            # The control log went backwards (see ControlLog): renewals read for the old
+            # log's epochs say nothing about the new one's.
+            self._leases.latest.clear()
         if state.epoch != self._epoch_seen[0]:
             self._epoch_seen = (state.epoch, time.monotonic())
         if state.epoch == 0 or self._leader_silent(state.epoch):

@@ -13,14 +13,16 @@ exactly what comes back from B.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from mirrorline.core.control import FlowRecord
 from mirrorline.core.failover import diverged
-from mirrorline.core.filters import TopicFilter
+from mirrorline.core.fencing import scrape_refusal
+from mirrorline.core.filters import GroupFilter, TopicFilter
 from mirrorline.core.flowdefs import Definition, flow_settings
+from mirrorline.core.policy import make_policy
 from mirrorline.core.settings import MirrorSettings
 from mirrorline.kafka.admin import ClusterAdmin, TopicSpec
 from mirrorline.kafka.clients import build, consumer_kwargs
@@ -34,6 +36,10 @@ log = logging.getLogger(__name__)
 
 class FailbackError(Exception):
     """Something the operator must fix first; the message says what (FAILED_PRECONDITION)."""
+
+
+class ScrapeRefused(FailbackError):
+    """A scrape named topics that are not the flow's (INVALID_ARGUMENT)."""
 
 
 def confirmation(record: FlowRecord) -> str:
@@ -56,12 +62,19 @@ class Failback:
         return flow_settings(self.deployment, Definition(
             self.record.source, self.record.target, self.record.properties))
 
-    async def topics(self) -> dict[str, int]:
-        """The forward flow's topics on the old primary, with their partition counts."""
+    def refusal(self) -> Callable[[str], str | None]:
+        """Why a topic is not the flow's to scrape (`mirrorline.core.fencing`), or None."""
         flow = self._settings()
-        accepts = TopicFilter(flow.topics, flow.topics_exclude).accepts
+        topic_filter = TopicFilter(flow.topics, flow.topics_exclude)
+        policy = make_policy(flow.policy, self.record.source)
+        return lambda topic: scrape_refusal(topic, topic_filter=topic_filter, policy=policy,
+                                            target_alias=self.record.target)
+
+    async def topics(self) -> dict[str, int]:
+        """The forward flow's own topics on the old primary, with their partition counts."""
+        refusal = self.refusal()
         return {t: n for t, n in (await self.old_primary.topic_partitions()).items()
-                if accepts(t)}
+                if refusal(t) is None}
 
     async def plan(self, reverse_exists: bool) -> failover_pb2.FailbackPlan:
         flow = self._settings()
@@ -112,13 +125,22 @@ class Failback:
 
     async def scrape(self, names: Iterable[str]) -> tuple[list[str], list[str]]:
         """Delete and recreate the old primary's topics; delete groups that only read them."""
+        names = list(names)
+        refusal = self.refusal()
+        refused = [f"{t} ({why})" for t in sorted(set(names)) if (why := refusal(t)) is not None]
+        if refused:
+            raise ScrapeRefused(f"not topics of flow {self.record.name}; a scrape never "
+                                f"touches them: {', '.join(refused)}")
         topics = await self.topics()
         chosen = {t: topics[t] for t in names if t in topics}
         missing = sorted(set(names) - set(chosen))
         if missing:
             raise FailbackError(f"not topics of flow {self.record.name} on "
                                 f"{self.record.source}: {', '.join(missing)}")
-        exclusive = await self._groups(chosen)
+        flow = self._settings()
+        group_filter = GroupFilter(flow.groups, flow.groups_exclude)
+        exclusive = {g: only for g, only in (await self._groups(chosen)).items()
+                     if group_filter.accepts(g)}
         configs = await self.old_primary.topic_configs(chosen)
         deleted = await self.old_primary.delete_topics(list(chosen))
         for topic, error in deleted.items():

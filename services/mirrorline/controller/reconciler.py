@@ -46,16 +46,20 @@ class Reconciler:
                    append: Append) -> bool:
         """One round; False when this controller turned out to be deposed."""
         tracked = []
-        self.broken.clear()
+        broken: dict[str, str] = {}
         for name, record in state.flows.items():
             try:
                 settings = flow_settings(self._deployment,
                                          Definition(record.source, record.target,
                                                     record.properties))
             except ConfigError as exc:
-                self.broken[name] = f"the flow no longer fits this deployment: {exc}"
+                broken[name] = f"the flow does not fit this deployment: {exc}"
                 continue
             tracked.append((settings, record.version))
+        for name in broken.keys() - self.broken.keys():
+            log.warning("flow %s is not run: %s", name, broken[name])
+        self.broken = broken
+        self._discoveries.broken = broken
         self._discoveries.sync(tracked)
         paused = {n for n, r in state.flows.items() if r.paused}
         await self._discoveries.refresh_due(paused)
@@ -68,12 +72,14 @@ class Reconciler:
         # a worker leaving moves nothing but its own partitions.
         allow_moves = bool(joined) or review
         receivers = None if review else joined
-        result = plan(state, self._discoveries.desired(), live, self._registry.reports(),
+        desired = self._discoveries.desired()
+        waiting = self._discoveries.undiscovered()
+        desired.update({k: o.remote_topic for k, o in state.owners.items() if k.flow in waiting})
+        result = plan(state, desired, live, self._registry.reports(),
                       self._registry.loads(),
                       expired=self._registry.expired(state.workers()), allow_moves=allow_moves,
                       destined=self._destined, receivers=receivers)
-        for key in [k for k in self._destined if k in state.owners or k not in
-                    self._discoveries.desired()]:
+        for key in [k for k in self._destined if k in state.owners or k not in desired]:
             del self._destined[key]  # arrived (or gone)
         self._destined.update(result.moving)
         for worker in result.expire:

@@ -5,6 +5,13 @@ appends, reconciles and answers the APIs (the others answer UNAVAILABLE with the
 leader's address). On its first term ever, the leader seeds the log from the properties
 file; afterwards the log is the truth, and differences with the file are reported at
 start rather than applied.
+
+The home cluster may be unreachable when the controller starts, or go away later: the
+controller then retries with backoff, says why in one line per attempt, and reports
+NOT_SERVING until it can read and write its control log again. Health is SERVING only
+while the home cluster answers and leadership is steady (not changing hands every few
+seconds); a standby is healthy -- it is ready to take over -- and says it is a standby to
+every Admin call.
 """
 
 from __future__ import annotations
@@ -12,12 +19,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Sequence
 from typing import Any
 
 import grpc
+from aiokafka.errors import KafkaError
 
 from mirrorline.controller.admin import AdminServicer
+from mirrorline.controller.audit import AuditInterceptor
 from mirrorline.controller.discovery import Discoveries
 from mirrorline.controller.election import Election
 from mirrorline.controller.reconciler import Reconciler
@@ -25,12 +35,16 @@ from mirrorline.controller.workers import CoordinatorServicer, WorkerRegistry
 from mirrorline.controlplane.home import control_topics, home_clients, home_cluster
 from mirrorline.controlplane.lease import LeaseBoard
 from mirrorline.controlplane.log import ControlLog
+from mirrorline.core.backoff import Backoff
 from mirrorline.core.control import ControlState, Outcome
 from mirrorline.core.flowdefs import Definition, differences, file_definitions
 from mirrorline.core.settings import MirrorSettings
 from mirrorline.grpcserver import ServiceServer
 from mirrorline.kafka.admin import ClusterAdmin
+from mirrorline.kafka.causes import explain
 from mirrorline.kafka.clients import admin_kwargs
+from mirrorline.kafka.health import ClusterProbe
+from mirrorline.runtime import stop_within
 from mirrorline.telemetry import Telemetry, setup_telemetry
 from mirrorline.v1 import (
     admin_pb2,
@@ -43,6 +57,9 @@ from mirrorline.v1 import (
 log = logging.getLogger(__name__)
 
 DEFAULT_LEASE_MS = 6000
+#: Leadership changes within `FLAP_WINDOW_S` that make the controller report NOT_SERVING.
+FLAP_CHANGES = 4
+FLAP_WINDOW_S = 60.0
 
 
 class ControllerService:
@@ -56,7 +73,7 @@ class ControllerService:
         self.controller_id = controller_id
         self.home = home_cluster(deployment, targets)
         self._grpc = ServiceServer(name=f"controller {controller_id}", host=grpc_host,
-                                   port=grpc_port)
+                                   port=grpc_port, interceptors=[AuditInterceptor(self)])
         self._advertise = advertise
         self._metrics = (metrics_host, metrics_port)
         self._lease_ms = lease_ms
@@ -64,14 +81,19 @@ class ControllerService:
         admins = {alias: dict(admin_kwargs(dict(c.connection))[0],
                               client_id=f"controller-{controller_id}|{alias}")
                   for alias, c in deployment.clusters.items()}
-        self.discoveries = Discoveries(admins)
+        self._wake = asyncio.Event()
+        self.discoveries = Discoveries(admins, on_refreshed=self._wake.set)
         self._reconciler = Reconciler(deployment, self.discoveries, self.registry)
         self._control: ControlLog | None = None
         self._leases: LeaseBoard | None = None
         self._election: Election | None = None
         self.telemetry: Telemetry | None = None
         self._tasks: list[asyncio.Task[None]] = []
-        self._wake = asyncio.Event()
+        #: Why the control log cannot be used yet (None once connected).
+        self.connect_error: str | None = "connecting to the home cluster"
+        self._probe: ClusterProbe | None = None
+        self._changes: list[float] = []  # monotonic times of leadership changes
+        self._grpc_reason = ""
         #: The epoch whose leader has finished taking office (seeding the log on the first
         #: term); until then this controller answers the APIs as a non-leader.
         self._ready_epoch: int | None = None
@@ -79,8 +101,23 @@ class ControllerService:
     # -- the context the APIs need ------------------------------------------------------
     @property
     def state(self) -> ControlState:
-        assert self._control is not None
-        return self._control.state
+        """The replayed control log (empty until the home cluster first answered)."""
+        return self._control.state if self._control is not None else _EMPTY
+
+    @property
+    def healthy(self) -> tuple[bool, str]:
+        """(SERVING?, why not) -- what the health probe reports."""
+        if self.connect_error is not None:
+            return False, self.connect_error
+        if self._probe is not None and self._probe.reachable is False:
+            return False, self._probe.error or f"home cluster {self.home!r} unreachable"
+        if self._control is not None and self._control.regressed is not None:
+            return False, self._control.regressed
+        now = time.monotonic()
+        recent = [t for t in self._changes if now - t < FLAP_WINDOW_S]
+        if len(recent) >= FLAP_CHANGES:
+            return False, f"leadership changed {len(recent)} times in {FLAP_WINDOW_S:.0f}s"
+        return True, ""
 
     @property
     def is_leader(self) -> bool:
@@ -108,10 +145,15 @@ class ControllerService:
         address = state.leader_address or ""
         if address:
             context.set_trailing_metadata((("leader-address", address),))
+        if self.connect_error is not None:
+            await context.abort(grpc.StatusCode.UNAVAILABLE,
+                                f"controller {self.controller_id} is not ready: "
+                                f"{self.connect_error}")
         leader = (f"the leader is {state.leader_id} at {address}" if state.leader_id
                   else "no controller leads yet; retry shortly")
         await context.abort(grpc.StatusCode.UNAVAILABLE,
-                            f"controller {self.controller_id} does not lead; {leader}")
+                            f"controller {self.controller_id} is a standby (it does not "
+                            f"lead); {leader}")
         raise AssertionError("unreachable")
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -128,52 +170,97 @@ class ControllerService:
                        [coordinator_pb2.DESCRIPTOR.services_by_name["Coordinator"].full_name])
         port = await self._grpc.start()
         address = self._advertise or f"127.0.0.1:{port}"
-        client = f"controller-{self.controller_id}"
-        consumer, producer, admin = home_clients(self.deployment, self.home, client)
-        rf = min(f.offset_storage_replication_factor for f in self.deployment.flows.values()) \
-            if self.deployment.flows else -1
-        control_topic, lease_topic = control_topics(self.deployment)
-        async with ClusterAdmin(self.home, admin) as home_admin:
-            await ControlLog.ensure_topic(home_admin, rf, control_topic)
-            await LeaseBoard.ensure_topic(home_admin, rf, lease_topic)
-        self._control = ControlLog(consumer_kwargs=consumer, producer_kwargs=producer,
-                                   topic=control_topic)
-        await self._control.start()
-        self._control.listen(lambda *_: self._wake.set())
-        self._leases = LeaseBoard(consumer_kwargs=consumer, producer_kwargs=producer,
-                                  topic=lease_topic)
-        await self._leases.start()
+        _, _, admin = home_clients(self.deployment, self.home, f"controller-{self.controller_id}")
+        self._probe = ClusterProbe(self.home, dict(admin, client_id=f"controller-"
+                                                   f"{self.controller_id}|probe"))
+        self._probe.start()
+        self._tasks.append(asyncio.create_task(self._health(), name="health"))
+        self._tasks.append(asyncio.create_task(self._connect(address), name="connect"))
+
+    async def _connect(self, address: str) -> None:
+        """Open the control log and the lease, retrying with backoff; then lead or stand by."""
+        backoff, attempt = Backoff(initial=1.0, maximum=30.0), 0
+        while True:
+            try:
+                await self._open_control_plane()
+                break
+            except Exception as exc:
+                await self._close_control_plane()
+                delay = backoff.delay(attempt)
+                attempt += 1
+                servers = dict(self.deployment.clusters[self.home].connection).get(
+                    "bootstrap.servers")
+                self.connect_error = (f"home cluster {self.home!r} unreachable: "
+                                      f"{explain(exc, servers)}")
+                log.warning("%s; retrying in %.0fs", self.connect_error, delay)
+                await asyncio.sleep(delay)
+        assert self._control is not None and self._leases is not None
+        self.connect_error = None
         self._report_file_differences()
         self._election = Election(self._control, self._leases, controller_id=self.controller_id,
                                   address=address, lease_ms=self._lease_ms,
                                   on_change=self._leadership_changed)
         self._tasks.append(asyncio.create_task(self._election.run(), name="election"))
         self._tasks.append(asyncio.create_task(self._reconcile_loop(), name="reconcile"))
-        await self._grpc.set_serving(True)
         log.info("controller %s on %s (home cluster %r, control log at offset %d)",
                  self.controller_id, address, self.home, self.state.applied_offset)
 
+    async def _open_control_plane(self) -> None:
+        client = f"controller-{self.controller_id}"
+        consumer, producer, admin = home_clients(self.deployment, self.home, client)
+        rf = min(f.offset_storage_replication_factor for f in self.deployment.flows.values()) \
+            if self.deployment.flows else -1
+        control_topic, lease_topic = control_topics(self.deployment)
+
+        async def ensure_topics() -> None:
+            async with ClusterAdmin(self.home, admin) as home_admin:
+                await ControlLog.ensure_topic(home_admin, rf, control_topic)
+                await LeaseBoard.ensure_topic(home_admin, rf, lease_topic)
+
+        await ensure_topics()
+        self._control = ControlLog(consumer_kwargs=consumer, producer_kwargs=producer,
+                                   topic=control_topic, ensure_topic=ensure_topics)
+        await self._control.start()
+        self._control.listen(lambda *_: self._wake.set())
+        self._leases = LeaseBoard(consumer_kwargs=consumer, producer_kwargs=producer,
+                                  topic=lease_topic)
+        await self._leases.start()
+
+    async def _close_control_plane(self) -> None:
+        closers = [c for c in (self._leases, self._control) if c is not None]
+        self._leases = self._control = None
+        for closer in closers:
+            await stop_within(closer.stop(), 1.0, "closing the control log")
+
+    async def _health(self) -> None:
+        while True:
+            serving, why = self.healthy
+            if not serving and why and self._grpc_reason != why:
+                log.info("health NOT_SERVING: %s", why)
+            self._grpc_reason = why
+            await self._grpc.set_serving(serving)
+            await asyncio.sleep(1.0)
+
     async def stop(self) -> None:
         await self._grpc.set_serving(False)
-        if self._election is not None:
-            for task in self._tasks:
-                task.cancel()
-            await asyncio.gather(*self._tasks, return_exceptions=True)
-            await self._election.resign()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        for closer in (self._leases, self._control):
-            if closer is not None:
-                await closer.stop()
-        await self.discoveries.close()
+        if self._election is not None:
+            await stop_within(self._election.resign(), 1.0, "resigning the lease")
+        if self._probe is not None:
+            await self._probe.stop()
+        await self._close_control_plane()
+        await stop_within(self.discoveries.close(), 0.5, "closing admin clients")
         await self.registry.close()
-        await self._grpc.stop()
+        await self._grpc.stop(grace=0.5)
         if self.telemetry is not None:
             await self.telemetry.stop()
 
     # -- leadership ---------------------------------------------------------------------
     async def _leadership_changed(self, leading: bool) -> None:
+        now = time.monotonic()
+        self._changes = [t for t in self._changes if now - t < FLAP_WINDOW_S] + [now]
         self._ready_epoch = None
         self.registry.reset()
         self._reconciler.reset()
@@ -230,7 +317,9 @@ class ControllerService:
                     if not await self._reconciler.step(self.state, self.state.epoch,
                                                        self.controller_id, self.append):
                         log.warning("an append was stale: this controller was deposed")
-                except Exception:  # a bug or an unreachable cluster: log, retry next round
+                except (KafkaError, OSError, TimeoutError) as exc:  # a cluster does not answer
+                    log.warning("reconciliation failed: %s; retrying", explain(exc))
+                except Exception:  # a bug: log it whole, retry next round
                     log.exception("reconciliation failed")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), 1.0)
@@ -257,6 +346,9 @@ class ControllerService:
             lambda: len(self.state.owners))])
         meter.create_observable_gauge("live-workers", callbacks=[observe(
             lambda: len(self.registry.live()))])
+
+
+_EMPTY = ControlState()
 
 
 def _spec(definition: Definition) -> Any:

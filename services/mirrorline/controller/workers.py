@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 import grpc
 
+from mirrorline import grpcsecure
 from mirrorline.core.assignment import PartitionKey
 from mirrorline.core.reconcile import WorkerReport
 from mirrorline.v1 import (
@@ -48,6 +49,13 @@ class WorkerView:
             PartitionKey(p.flow, p.source_topic, p.partition) for p in self.partitions))
 
 
+#: A worker silent for its lease plus this long is forgotten (it is shown as not alive
+#: meanwhile, so an operator sees it go).
+PRUNE_GRACE_S = 60.0
+#: Most workers one controller tracks: a flood of invented ids cannot grow it unbounded.
+MAX_WORKERS = 1000
+
+
 class WorkerRegistry:
     def __init__(self, lease_ms: int) -> None:
         self.lease_s = lease_ms / 1000.0
@@ -63,12 +71,24 @@ class WorkerRegistry:
         self.workers.clear()
         self.since = time.monotonic()
 
-    def heartbeat(self, hb: coordinator_pb2.WorkerHeartbeat) -> None:
+    def prune(self) -> None:
+        """Forget workers silent for longer than their lease plus `PRUNE_GRACE_S`."""
+        cutoff = time.monotonic() - self.lease_s - PRUNE_GRACE_S
+        for worker_id in [w for w, v in self.workers.items() if v.last_seen < cutoff]:
+            del self.workers[worker_id]
+
+    def heartbeat(self, hb: coordinator_pb2.WorkerHeartbeat) -> bool:
+        """Record a heartbeat; False when a new worker would exceed `MAX_WORKERS`."""
+        self.prune()
+        if hb.worker_id not in self.workers and len(self.workers) >= MAX_WORKERS:
+            return False
         self.workers[hb.worker_id] = WorkerView(
             hb.worker_id, hb.address, time.monotonic(), int(time.time() * 1000),
             hb.applied_offset, list(hb.partitions))
+        return True
 
     def live(self) -> set[str]:
+        self.prune()
         now = time.monotonic()
         return {w for w, v in self.workers.items() if now - v.last_seen <= self.lease_s}
 
@@ -104,7 +124,7 @@ class WorkerRegistry:
     def channel(self, address: str) -> grpc.aio.Channel:
         channel = self._channels.get(address)
         if channel is None:
-            channel = self._channels[address] = grpc.aio.insecure_channel(address)
+            channel = self._channels[address] = grpcsecure.channel(address)
         return channel
 
     def service_address(self, service: str) -> str | None:
@@ -164,6 +184,8 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
         epoch = await self._leader.require_leader(context)
         if not request.worker_id:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "worker_id: required")
-        self._registry.heartbeat(request)
+        if not self._registry.heartbeat(request):
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                f"this controller already tracks {MAX_WORKERS} workers")
         return coordinator_pb2.HeartbeatReply(lease_ms=int(self._registry.lease_s * 1000),
                                               epoch=epoch)

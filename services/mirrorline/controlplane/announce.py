@@ -13,6 +13,7 @@ import contextlib
 
 import grpc
 
+from mirrorline import grpcsecure
 from mirrorline.controlplane.log import ControlLog
 from mirrorline.v1 import coordinator_pb2, coordinator_pb2_grpc
 
@@ -30,7 +31,7 @@ async def announce_forever(control: ControlLog, service: str, instance_id: str,
                 if leader != target:
                     if channel is not None:
                         await channel.close()
-                    channel, target = grpc.aio.insecure_channel(leader), leader
+                    channel, target = grpcsecure.channel(leader), leader
                 assert channel is not None
                 with contextlib.suppress(grpc.aio.AioRpcError):
                     await coordinator_pb2_grpc.CoordinatorStub(channel).Announce(

@@ -15,10 +15,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
-from google.protobuf.message import DecodeError
 
+from mirrorline.core.bad_records import BadRecords
 from mirrorline.kafka.admin import ClusterAdmin, TopicSpec
 from mirrorline.kafka.reader import TopicReader
+from mirrorline.kafka.records import Record
 from mirrorline.v1 import control_pb2
 
 log = logging.getLogger(__name__)
@@ -33,9 +34,12 @@ class LeaseBoard:
     def __init__(self, *, consumer_kwargs: Mapping[str, Any], producer_kwargs: Mapping[str, Any],
                  topic: str = LEASE_TOPIC) -> None:
         self.topic = topic
+        self._consumer_kwargs = dict(consumer_kwargs)
+        self._position = -1
         self._reader = TopicReader(consumer_kwargs, topic)
         self._producer = AIOKafkaProducer(**dict(producer_kwargs, acks="all"))
         self._task: asyncio.Task[None] | None = None
+        self.bad_records = BadRecords(f"controller lease reader ({topic})")
         #: epoch -> (latest lease seen, monotonic time it was read)
         self.latest: dict[int, tuple[control_pb2.LeaderLease, float]] = {}
 
@@ -48,7 +52,8 @@ class LeaseBoard:
     async def start(self) -> None:
         await self._reader.start(partitions=1)
         for record in await self._reader.read_to_end():
-            self._observe(record.value, stale=True)
+            self._observe(record, stale=True)
+            self._position = record.offset
         await self._producer.start()
         self._task = asyncio.create_task(self._tail(), name="controller lease")
 
@@ -59,7 +64,7 @@ class LeaseBoard:
         with contextlib.suppress(Exception):
             await self._reader.stop()
         with contextlib.suppress(Exception):
-            await self._producer.stop()
+            await asyncio.wait_for(self._producer.stop(), 1.0)
 
     def last_renewal(self, epoch: int) -> float | None:
         """Monotonic time a renewal for `epoch` was last read, or None."""
@@ -77,19 +82,40 @@ class LeaseBoard:
             self.topic, lease.SerializeToString(), key=_KEY, partition=0), timeout)
 
     async def _tail(self) -> None:
+        position = self._position  # offset of the last renewal read
         while True:
             try:
-                for record in await self._reader.poll(timeout_ms=500):
-                    self._observe(record.value, stale=False)
+                records = await self._reader.poll(timeout_ms=500)
+                for record in records:
+                    self._observe(record, stale=False)
+                    position = record.offset
+                end = self._reader.end_offsets().get(0)
+                if not records and end is not None and end <= position:
+                    # The topic went backwards (the home cluster restarted empty, say):
+                    # read the new one from its start, or renewals would go unseen.
+                    log.warning("the controller lease topic %s went backwards (it ends at "
+                                "offset %d, offset %d was read); reading it again from the "
+                                "start", self.topic, end, position)
+                    await self._reader.stop()
+                    self._reader = TopicReader(self._consumer_kwargs, self.topic)
+                    await self._reader.start(partitions=1)
+                    position = -1
+            except asyncio.CancelledError:
+                raise
             except Exception as exc:
                 log.warning("reading the controller lease failed (%r); retrying", exc)
                 await asyncio.sleep(1.0)
 
-    def _observe(self, value: bytes | None, *, stale: bool) -> None:
-        lease = control_pb2.LeaderLease()
-        try:
-            lease.ParseFromString(value or b"")
-        except DecodeError:
+    def _observe(self, record: Record, *, stale: bool) -> None:
+        def parse() -> control_pb2.LeaderLease:
+            parsed = control_pb2.LeaderLease()
+            parsed.ParseFromString(record.value or b"")
+            if parsed.lease_ms < 0:
+                raise ValueError(f"lease_ms {parsed.lease_ms} is negative")
+            return parsed
+
+        lease = self.bad_records.decode(record.topic, record.partition, record.offset, parse)
+        if lease is None:
             return
         # Renewals read during the initial replay say nothing about liveness *now*.
         self.latest[lease.epoch] = (lease, float("-inf") if stale else time.monotonic())

@@ -3,6 +3,15 @@
 An append is confirmed by reading it back: the writer waits until its own record has
 been applied to its state and returns the outcome (`Outcome.STALE` means the writer was
 deposed before the record landed, so the record changed nothing anywhere).
+
+The log can go backwards under a reader's feet: the home cluster restarted empty, the
+topic was deleted and recreated, or restored from an older backup. Offsets then repeat
+or the log ends before what was already applied. Carrying on from the old state would
+make every controller claim an epoch the new log does not know and lose it, forever.
+So a reader that sees the log go backwards says so at ERROR, forgets its state and
+replays the log as it is now: a log that holds no seeded configuration any more (empty,
+or only a stray claim) is re-seeded from the properties file by the next leader, which
+says so; a restored one continues from its own state.
 """
 
 from __future__ import annotations
@@ -12,12 +21,12 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
-from google.protobuf.message import DecodeError
 
+from mirrorline.core.bad_records import BadRecords
 from mirrorline.core.control import ControlState, Outcome
 from mirrorline.kafka.admin import ClusterAdmin, TopicSpec
 from mirrorline.kafka.reader import TopicReader
@@ -34,7 +43,8 @@ Listener = Callable[[int, control_pb2.ControlRecord, Outcome], None]
 class ControlLog:
     def __init__(self, *, consumer_kwargs: Mapping[str, Any],
                  producer_kwargs: Mapping[str, Any] | None = None,
-                 topic: str = CONTROL_TOPIC) -> None:
+                 topic: str = CONTROL_TOPIC,
+                 ensure_topic: Callable[[], Awaitable[None]] | None = None) -> None:
         self.topic = topic
         self.state = ControlState()
         self._consumer_kwargs = dict(consumer_kwargs)
@@ -45,7 +55,15 @@ class ControlLog:
         self._applied = asyncio.Condition()
         self._listeners: list[Listener] = []
         self._task: asyncio.Task[None] | None = None
-        self.undecodable = 0
+        self._ensure_topic = ensure_topic
+        self.bad_records = BadRecords(f"control log reader ({topic})")
+        #: Why the log cannot be trusted right now (it went backwards); None when fine.
+        self.regressed: str | None = None
+        self._suspect: str | None = None
+
+    @property
+    def undecodable(self) -> int:
+        return self.bad_records.count
 
     @staticmethod
     async def ensure_topic(admin: ClusterAdmin, replication_factor: int,
@@ -86,7 +104,7 @@ class ControlLog:
             await self._reader.stop()
         if self._producer is not None:
             with contextlib.suppress(Exception):
-                await self._producer.stop()
+                await asyncio.wait_for(self._producer.stop(), 1.0)
 
     async def append(self, record: control_pb2.ControlRecord, timeout: float = 30.0
                      ) -> tuple[int, Outcome]:
@@ -98,6 +116,11 @@ class ControlLog:
             self._producer.send_and_wait(self.topic, record.SerializeToString(), partition=0),
             timeout)
         offset: int = metadata.offset
+        if offset <= self.state.applied_offset:
+            self._suspect = (f"an append landed at offset {offset}, but offset "
+                             f"{self.state.applied_offset} was already applied")
+            raise RuntimeError(f"the control log {self.topic} went backwards; not trusting "
+                               "this append")
         await self.wait_applied(offset, timeout)
         return offset, self._outcomes.get(offset, Outcome.INVALID)
 
@@ -109,25 +132,77 @@ class ControlLog:
     async def _tail(self) -> None:
         while True:
             try:
+                if self._suspect is not None or self.regressed is not None:
+                    await self._rebuild(self._suspect or self.regressed or "")
+                    continue
                 records = await self._reader.poll(timeout_ms=500)
+                if not records:
+                    end = self._reader.end_offsets().get(0)
+                    if end is not None and end <= self.state.applied_offset:
+                        self._suspect = (f"it ends at offset {end}, but offset "
+                                         f"{self.state.applied_offset} was already applied")
+                    continue
+            except asyncio.CancelledError:
+                raise
             except Exception as exc:
                 log.warning("reading the control log failed (%r); retrying", exc)
                 await asyncio.sleep(1.0)
                 continue
-            if not records:
-                continue
             for record in records:
+                if record.offset <= self.state.applied_offset:
+                    self._suspect = (f"offset {record.offset} was read again after offset "
+                                     f"{self.state.applied_offset} had been applied")
+                    break
                 self._apply(record.offset, record.value)
             async with self._applied:
                 self._applied.notify_all()
 
-    def _apply(self, offset: int, value: bytes | None) -> None:
-        record = control_pb2.ControlRecord()
+    async def _rebuild(self, why: str) -> None:
+        """Forget the state and replay the log as it is now (see the module docstring)."""
+        if self.regressed is None:
+            self.regressed = f"the control log {self.topic} went backwards: {why}"
+            log.error("%s -- the topic was truncated, recreated or restored from an older "
+                      "backup (was the home cluster restarted empty?); rebuilding the state "
+                      "from what the log holds now", self.regressed)
+        self._suspect = None
+        before = self.state
+        with contextlib.suppress(Exception):
+            await self._reader.stop()
+        if self._ensure_topic is not None:
+            await self._ensure_topic()
+        self._reader = TopicReader(self._consumer_kwargs, self.topic)
         try:
-            record.ParseFromString(value or b"")
-        except DecodeError:
-            self.undecodable += 1
-            log.warning("control log offset %d does not decode; skipped", offset)
+            await self._reader.start(partitions=None)
+        except LookupError:
+            await asyncio.sleep(1.0)  # the topic is gone; its writer recreates it
+            return
+        self.state = ControlState()
+        self._outcomes.clear()
+        for record in await self._reader.read_to_end():
+            self._apply(record.offset, record.value)
+        if not self.state.seeded:
+            log.error("control log %s holds no configuration now (%d records, none of them "
+                      "a seeded configuration): the next leader re-seeds it from the "
+                      "properties file; flows created or changed through the Admin API since "
+                      "the file was first seeded are lost and must be re-created", self.topic,
+                      self.state.applied_offset + 1)
+        else:
+            log.error("control log %s rebuilt from its %d records: epoch %d, %d flows "
+                      "(before: epoch %d, %d flows); anything written after this copy was "
+                      "taken is lost", self.topic, self.state.applied_offset + 1,
+                      self.state.epoch, len(self.state.flows), before.epoch, len(before.flows))
+        self.regressed = None
+        async with self._applied:
+            self._applied.notify_all()
+
+    def _apply(self, offset: int, value: bytes | None) -> None:
+        def parse() -> control_pb2.ControlRecord:
+            parsed = control_pb2.ControlRecord()
+            parsed.ParseFromString(value or b"")
+            return parsed
+
+        record = self.bad_records.decode(self.topic, 0, offset, parse)
+        if record is None:
             self.state.applied_offset = offset
             return
         outcome = self.state.apply(offset, record)

@@ -115,8 +115,15 @@ DEFAULTS: Final[Mapping[str, str]] = MappingProxyType({
 #: a home cluster: it prefixes the control-plane topics.
 #: `mirrorline.resume.tail.match = false` turns off resuming partitions from the target's tail
 #: (they then resume from durable progress alone, at-least-once as MM2).
-MIRRORLINE_KEYS: Final[frozenset[str]] = frozenset({"mirrorline.deployment",
-                                                    "mirrorline.resume.tail.match"})
+MIRRORLINE_KEYS: Final[frozenset[str]] = frozenset({
+    "mirrorline.deployment",
+    "mirrorline.resume.tail.match",
+    # gRPC transport security and authentication (see mirrorline.core.security).
+    "mirrorline.grpc.tls.certificate", "mirrorline.grpc.tls.key", "mirrorline.grpc.tls.ca",
+    "mirrorline.grpc.tls.client.auth.required", "mirrorline.grpc.tls.server.name",
+    "mirrorline.grpc.insecure", "mirrorline.admin.tokens.file",
+    "mirrorline.grpc.service.token.file",
+})
 
 #: Connect-worker keys that Mirrorline honours; they resolve flow > target cluster > top level.
 WORKER_KEYS: Final = frozenset({"offset.storage.replication.factor", "offset.flush.interval.ms"})

@@ -128,6 +128,12 @@ class _Redacted(dict[str, str]):
         return repr({key: mask(key, value, self.secrets) for key, value in self.items()})
 
 
+#: Bounds that keep one file (or one imported request) from costing unbounded work.
+MAX_CLUSTERS = 64
+MAX_SEPARATOR = 16
+MAX_PATTERN_LIST = 16_384
+
+
 def load_config(path: str | os.PathLike[str]) -> MirrorSettings:
     """Read and resolve the MM2 properties file at `path`."""
     name = os.fspath(path)
@@ -265,6 +271,10 @@ class _Loader:
             raise self.error(entry, "clusters", "is empty: list the cluster aliases, e.g. "
                              "clusters = primary, backup")
         unique = tuple(dict.fromkeys(listed))
+        if len(unique) > MAX_CLUSTERS:
+            # Every ordered pair is a flow: n clusters make n*(n-1) flow settings.
+            raise self.error(entry, "clusters", f"lists {len(unique)} clusters; at most "
+                             f"{MAX_CLUSTERS} are supported (every ordered pair is a flow)")
         if len(unique) != len(listed):
             self.warnings.append(ConfigWarning("clusters", "lists an alias more than once",
                                                entry.line))
@@ -278,6 +288,13 @@ class _Loader:
         """Check the type of every value that has one, wherever it is written."""
         for store in (layers.top, *layers.flows.values()):
             for rest, entry in store.items():
+                if rest == "replication.policy.separator" and len(entry.value) > MAX_SEPARATOR:
+                    raise self.error(entry, entry.key, (
+                        f"is {len(entry.value)} characters long; at most {MAX_SEPARATOR} "
+                        "(topic names are limited to 249 characters)"))
+                if rest in PATTERN_KEYS and len(entry.value) > MAX_PATTERN_LIST:
+                    raise self.error(entry, entry.key, (
+                        f"is {len(entry.value)} characters long; at most {MAX_PATTERN_LIST}"))
                 reader = values.reader_for(rest)
                 if reader is not None:
                     self.read(entry, reader)

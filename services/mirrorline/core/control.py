@@ -14,11 +14,15 @@ nothing for any reader, and it learns it was deposed by reading its own append b
 from __future__ import annotations
 
 import enum
+from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from mirrorline.core.assignment import PartitionKey
-from mirrorline.v1 import control_pb2, flows_pb2
+from mirrorline.v1 import audit_pb2, control_pb2, flows_pb2
+
+#: Audit entries kept in memory (older ones stay in the control log until retention).
+AUDIT_KEPT = 10_000
 
 
 class Outcome(enum.Enum):
@@ -65,6 +69,9 @@ class ControlState:
     seeded: bool = False
     applied_offset: int = -1
     rejected: int = 0
+    #: The newest audit entries, oldest first.
+    audit: deque[audit_pb2.AuditEntry] = field(
+        default_factory=lambda: deque(maxlen=AUDIT_KEPT))
 
     # -- replay -----------------------------------------------------------------------
     def apply(self, offset: int, record: control_pb2.ControlRecord) -> Outcome:
@@ -88,6 +95,13 @@ class ControlState:
             return Outcome.INVALID
         outcome: Outcome = handler(offset, getattr(record, kind))
         return outcome
+
+    def _on_audit(self, offset: int, event: audit_pb2.AuditEntry) -> Outcome:
+        entry = audit_pb2.AuditEntry()
+        entry.CopyFrom(event)
+        entry.offset = offset
+        self.audit.append(entry)
+        return Outcome.APPLIED
 
     def _on_flow_created(self, offset: int, event: control_pb2.FlowCreated) -> Outcome:
         spec = event.spec

@@ -13,13 +13,14 @@ parsed, so a definition is validated exactly like a file would be.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from mirrorline.core._config_keys import DEPRECATED_ALIASES, FLOW_KEYS
 from mirrorline.core.config import parse_config
 from mirrorline.core.errors import ConfigError
-from mirrorline.core.properties import format_property
+from mirrorline.core.properties import format_property, last_wins, parse_properties
 from mirrorline.core.settings import FlowSettings, MirrorSettings
 
 #: Properties that make up a flow definition ("enabled" is the flow's existence itself).
@@ -142,3 +143,69 @@ def differences(file: Mapping[str, Definition], log: Mapping[str, Definition]) -
 
 def _shown(value: str | None) -> str:
     return "unset" if value is None else repr(value)
+
+
+# -- importing flows ------------------------------------------------------------------------
+
+#: Most flows one import may name: enough for any real deployment, and cheap to validate.
+MAX_IMPORT_FLOWS = 256
+_FLOW_KEY = re.compile(r"^([^\s>]+?)->([^\s>]+?)\.(.+)$")
+
+
+def flow_level_text(text: str, *, source: str | None = None) -> tuple[str, list[str]]:
+    """The part of a properties file that defines flows, and the keys left out.
+
+    The CLI sends only this to `ImportFlows`: flows' `enabled` flags and definition keys,
+    top-level or per flow. Cluster connections, client and security settings (and every
+    secret) stay on the operator's machine.
+    """
+    kept: list[str] = []
+    dropped: list[str] = []
+    for key, entry in last_wins(parse_properties(text, source=source)).items():
+        if _is_flow_level(key):
+            kept.append(format_property(key, entry.value))
+        else:
+            dropped.append(key)
+    return "\n".join(kept) + "\n", dropped
+
+
+def _is_flow_level(key: str) -> bool:
+    if key in DEFINITION_KEYS:
+        return True
+    m = _FLOW_KEY.match(key)
+    return m is not None and (m.group(3) == "enabled" or m.group(3) in DEFINITION_KEYS)
+
+
+def import_definitions(text: str, *, source: str | None = None
+                       ) -> tuple[dict[str, Definition], list[str]]:
+    """The flows an imported text enables, with their definitions, and warnings.
+
+    Keys that are not flow-level are ignored with a warning naming them (never their
+    values); the clusters are the deployment's, not the text's, so an import cannot make
+    the controller build settings for cluster pairs that do not exist. More than
+    `MAX_IMPORT_FLOWS` flows is refused before any of them is built.
+    """
+    raw = {k: e.value.strip() for k, e in last_wins(parse_properties(text, source=source)).items()}
+    warnings = [f"{key}: ignored (only flow properties are imported; cluster, client and "
+                "security settings come from the deployment's own file)"
+                for key in sorted(raw) if not _is_flow_level(key)]
+    enabled: list[tuple[str, str]] = []
+    for key, value in raw.items():
+        m = _FLOW_KEY.match(key)
+        if m is not None and m.group(3) == "enabled":
+            if value.lower() not in ("true", "false"):
+                raise ConfigError(key, f"must be true or false, not {value!r}")
+            if value.lower() == "true":
+                enabled.append((m.group(1), m.group(2)))
+                if len(enabled) > MAX_IMPORT_FLOWS:
+                    raise ConfigError(key, f"more than {MAX_IMPORT_FLOWS} flows in one import")
+    if not enabled:
+        raise ConfigError(None, "no flow is enabled (set <source>-><target>.enabled = true)",
+                          source=source)
+    out: dict[str, Definition] = {}
+    for source_alias, target_alias in sorted(enabled):
+        name = f"{source_alias}->{target_alias}"
+        props = {key: raw.get(f"{name}.{key}", raw.get(key, "")) for key in sorted(DEFINITION_KEYS)
+                 if f"{name}.{key}" in raw or key in raw}
+        out[name] = Definition(source_alias, target_alias, props)
+    return out, warnings

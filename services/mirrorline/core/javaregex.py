@@ -1,4 +1,14 @@
-"""Java regular expressions (as MM2's filters use them) compiled with Python's `re`.
+"""Java regular expressions (as MM2's filters use them), matched in linear time.
+
+Patterns are stored in the control log by API callers, and every service matches them
+against every topic and group name: a backtracking engine would let one pattern such as
+``(a+)+$`` stall the controller, the workers and the checkpointer for minutes on one
+unlucky name. So every pattern is matched by RE2 (`google-re2`), whose time is linear in
+the name's length whatever the pattern. Python's `re` still validates the pattern first
+(its messages name the problem precisely). Constructs RE2 cannot run -- look-ahead and
+look-behind, atomic groups ``(?>...)``, possessive quantifiers (``a*+``), back-references
+(``\\1``, ``\\k<name>``), ``\\Z`` -- are refused with a message naming them: each is either
+exponential in the worst case or needs a backtracking engine.
 
 Python's :mod:`re` agrees with Java on the common subset; the differences are handled by
 `_JavaRegexTranslator`, which either translates a construct to its Python equivalent or
@@ -21,6 +31,11 @@ filters) -- never silently matches something else:
   Python equivalent with identical semantics), and the Python-only forms ``(?P...)``,
   ``(?#...)``, ``(?(...)...)`` and ``\\U`` (which Java MM2 would refuse to start with).
 
+Case-insensitive matching: Java folds ASCII letters only; RE2 also folds the Kelvin sign
+and the long s into ``k`` and ``s``, so those two are neutralised in names matched against
+a case-insensitive pattern, and a case-insensitive pattern with a non-ASCII cased letter
+is refused.
+
 Known residual difference: without ``(?s)`` Java's ``.`` also refuses ``\\r``, U+0085, U+2028
 and U+2029, Python's only ``\\n``; topic names cannot contain these characters.
 """
@@ -28,9 +43,12 @@ and U+2029, Python's only ``\\n``; topic names cannot contain these characters.
 from __future__ import annotations
 
 import re
+import unicodedata
 import warnings
 from dataclasses import dataclass, field
 from typing import Final
+
+import re2
 
 
 class JavaRegexIncompatible(Exception):
@@ -83,6 +101,8 @@ class _JavaRegexTranslator:
         self._i = 0
         self._out: list[str] = []
         self._frames = [_Frame()]
+        #: Whether any part of the pattern matches case-insensitively.
+        self.folds = False
 
     def translate(self) -> str:
         p = self._p
@@ -140,11 +160,28 @@ class _JavaRegexTranslator:
         if c == "0":
             self._octal()
             return
-        if c == "N" and p.startswith("{", i + 2):  # \N{NAME}: same in both, keep it whole
+        if c == "N" and p.startswith("{", i + 2):  # \N{NAME}: the character itself
             end = p.find("}", i + 3)
             if end != -1:
-                self._emit(p[i:end + 1], end + 1)
+                try:
+                    char = unicodedata.lookup(p[i + 3:end])
+                except KeyError:
+                    self._emit(p[i:end + 1], end + 1)  # `re` reports the unknown name
+                    return
+                self._emit(re.escape(char), end + 1)
                 return
+        if c == "u" and re.fullmatch(r"[0-9a-fA-F]{4}", p[i + 2:i + 6]):
+            self._emit(re.escape(chr(int(p[i + 2:i + 6], 16))), i + 6)  # RE2 has no \uXXXX
+            return
+        if c == "s" and not in_class:  # Java's \s includes \x0B; RE2's does not
+            self._emit(r"[\t\n\x0b\f\r ]", i + 2)
+            return
+        if c == "s":
+            self._emit(r"\t\n\x0b\f\r ", i + 2)
+            return
+        if c == "S" and not in_class:
+            self._emit(r"[^\t\n\x0b\f\r ]", i + 2)
+            return
         self._emit(p[i:i + 2], i + 2)
 
     def _octal(self) -> None:
@@ -213,6 +250,8 @@ class _JavaRegexTranslator:
             self._frames.append(_Frame())
             return
         on, off, end = m.group(1), m.group(2) or "", m.group(3)
+        if "i" in on:
+            self.folds = True
         for flag in on + off:
             if flag in _FLAG_HINT:
                 raise JavaRegexIncompatible(f"inline flag '{flag}' ({_FLAG_HINT[flag]}) is not "
@@ -246,11 +285,51 @@ class _JavaRegexTranslator:
         self._emit(text, self._i + 1)
 
 
-def compile_java(pattern: str) -> re.Pattern[str]:
+#: Non-ASCII characters RE2 folds into ASCII letters (Java does not): the Kelvin sign and
+#: the long s become U+FFFD, which no case-insensitive ASCII letter matches.
+_FOLDS_TO_ASCII: Final = {0x212A: 0xFFFD, 0x017F: 0xFFFD}
+_OPTIONS: Final = re2.Options()
+_OPTIONS.log_errors = False
+
+
+class JavaPattern:
+    """A compiled Java pattern; `fullmatch` runs in time linear in the name."""
+
+    def __init__(self, pattern: str, compiled: re2._Regexp[str], folds: bool) -> None:
+        self.pattern = pattern
+        self._compiled = compiled
+        self._folds = folds
+
+    def fullmatch(self, name: str) -> object | None:
+        if self._folds and not name.isascii():
+            name = name.translate(_FOLDS_TO_ASCII)
+        return self._compiled.fullmatch(name)
+
+    def __repr__(self) -> str:
+        return f"JavaPattern({self.pattern!r})"
+
+
+def compile_java(pattern: str) -> JavaPattern:
     """Compile one Java pattern; raises `JavaRegexIncompatible` or `re.error`."""
-    translated = _JavaRegexTranslator(pattern).translate()
+    translator = _JavaRegexTranslator(pattern)
+    translated = translator.translate()
     with warnings.catch_warnings():
         # Python warns about '--', '||', '~~' inside sets (possible future set operations);
         # Java reads them literally, as Python does today.
         warnings.simplefilter("ignore", FutureWarning)
-        return re.compile(translated, re.ASCII)
+        re.compile(translated, re.ASCII)  # precise messages for invalid patterns
+    if translator.folds and any(not c.isascii() and c.lower() != c.upper()
+                                for c in translated):
+        raise JavaRegexIncompatible(
+            "it matches a non-ASCII letter case-insensitively (Java folds ASCII only); "
+            "list both cases explicitly, e.g. [\u00e9\u00c9]")
+    try:
+        compiled = re2.compile(translated, options=_OPTIONS)
+    except re2.error as exc:
+        reason = exc.args[0].decode(errors="replace") if exc.args and isinstance(
+            exc.args[0], bytes) else str(exc)
+        raise JavaRegexIncompatible(
+            f"it uses a construct that needs a backtracking matcher ({reason}); look-ahead, "
+            "look-behind, atomic groups, possessive quantifiers, back-references and \\Z "
+            "are refused because they can take exponential time") from None
+    return JavaPattern(translated, compiled, translator.folds)

@@ -209,7 +209,18 @@ class OffsetMap:
         part.append(run)
 
     def add_record(self, record: OffsetMapRecord) -> None:
-        """Fold in every run of one ``OffsetMapRecord``, in order."""
+        """Fold in every run of one ``OffsetMapRecord``, in order.
+
+        The whole record is checked first: an impossible one (a negative count or offset, a
+        negative partition) raises ValueError and changes nothing, so the reader can skip
+        it and go on with the next.
+        """
+        if record.partition < 0:
+            raise ValueError(f"partition must be >= 0, got {record.partition}")
+        for run in record.runs:
+            _check_offset("upstream_start", run.upstream_start)
+            _check_offset("downstream_start", run.downstream_start)
+            _check_offset("count", run.count)
         for run in record.runs:
             self.add(record.topic, record.partition, run.upstream_start, run.count,
                      run.downstream_start)

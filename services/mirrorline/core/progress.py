@@ -35,6 +35,7 @@ __all__ = [
     "decode_source_progress",
     "encode_offset",
     "heartbeat_offset_key",
+    "progress_problem",
     "progress_topic",
     "source_offset_key",
 ]
@@ -208,3 +209,19 @@ def decode_source_progress(key: RawBytes | None,
         return None
     return SourceProgress(connector=connector, cluster=cluster, topic=topic,
                           partition=partition, last_offset=offset)
+
+
+def progress_problem(key: RawBytes | None, value: RawBytes | None) -> str | None:
+    """Why a record of the offsets topic is bad, or None when it is usable progress or
+    another connector's record (heartbeat and checkpoint connectors share the topic)."""
+    if key is None:
+        return "the record has no key"
+    try:
+        doc = _loads(key)
+    except (ValueError, RecursionError):
+        return "the key is not JSON"
+    if not isinstance(doc, list) or len(doc) != 2 or not isinstance(doc[0], str):
+        return "the key is not a [connector, partition] pair"
+    if doc[0] == SOURCE_CONNECTOR and decode_source_progress(key, value) is None:
+        return "not a valid MirrorSourceConnector progress record (key or offset)"
+    return None

@@ -258,3 +258,12 @@ class OffsetSync:
             f"OffsetSync{{topicPartition={self.topic}-{self.partition}, "
             f"upstreamOffset={self.upstream_offset}, downstreamOffset={self.downstream_offset}}}"
         )
+
+
+def valid_sync(key: RawBytes | None, value: RawBytes | None) -> OffsetSync:
+    """Decode an offset sync and refuse one that cannot be true (a negative partition or
+    offset): for a reader, an impossible record is as bad as one that does not decode."""
+    sync = OffsetSync.decode(key, value)
+    if sync.partition < 0 or sync.upstream_offset < 0 or sync.downstream_offset < 0:
+        raise WireFormatError(f"impossible offset sync {sync}")
+    return sync

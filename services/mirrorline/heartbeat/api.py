@@ -2,7 +2,7 @@
 
 The heartbeat service serves these three RPCs of `mirrorline.v1.Admin` itself, so
 `mirrorline admin --server <heartbeat address> topology` works without a controller; the
-controller forwards the same RPCs here when it runs.
+controller forwards the same calls here through `mirrorline.v1.Heartbeat`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from mirrorline.v1 import admin_pb2_grpc, heartbeat_pb2
+from mirrorline.v1 import admin_pb2_grpc, heartbeat_pb2, heartbeat_pb2_grpc
 
 if TYPE_CHECKING:
     from mirrorline.heartbeat.service import HeartbeatService
@@ -20,7 +20,10 @@ if TYPE_CHECKING:
 Context = grpc.aio.ServicerContext[Any, Any]
 
 
-class HeartbeatAdminServicer(admin_pb2_grpc.AdminServicer):
+class HeartbeatAdminServicer(admin_pb2_grpc.AdminServicer, heartbeat_pb2_grpc.HeartbeatServicer):
+    """Registered twice: as the Admin API's three calls (for people, role viewer) and as
+    the internal `Heartbeat` service the controller forwards to (its service identity)."""
+
     def __init__(self, service: HeartbeatService) -> None:
         self._s = service
 

@@ -33,8 +33,8 @@ from typing import Any
 
 import faust
 
-from mirrorline.core import audit
-from mirrorline.core.audit import Side, WindowVerdict
+from mirrorline.core import record_audit as audit
+from mirrorline.core.record_audit import Side, WindowVerdict
 from mirrorline.core.settings import FlowSettings
 from mirrorline.kafka.admin import ClusterAdmin, TopicSpec
 

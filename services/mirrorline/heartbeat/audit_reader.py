@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from mirrorline.core import audit
+from mirrorline.core import record_audit as audit
 from mirrorline.core.backoff import Backoff
 from mirrorline.core.filters import TopicFilter, should_replicate_topic
 from mirrorline.core.policy import make_policy

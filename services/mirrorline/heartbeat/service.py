@@ -41,7 +41,7 @@ from mirrorline.heartbeat.topology import TopologyWatcher
 from mirrorline.heartbeat.verdicts import VerdictStore
 from mirrorline.kafka.reader import read_topic
 from mirrorline.telemetry import Telemetry, setup_telemetry
-from mirrorline.v1 import admin_pb2, admin_pb2_grpc, heartbeat_pb2
+from mirrorline.v1 import admin_pb2, admin_pb2_grpc, heartbeat_pb2, heartbeat_pb2_grpc
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +127,8 @@ class HeartbeatService:
         servicer = HeartbeatAdminServicer(self)  # type: ignore[abstract]
         self._grpc.add(admin_pb2_grpc.add_AdminServicer_to_server, servicer,
                        [admin_pb2.DESCRIPTOR.services_by_name["Admin"].full_name])
+        self._grpc.add(heartbeat_pb2_grpc.add_HeartbeatServicer_to_server, servicer,
+                       [heartbeat_pb2.DESCRIPTOR.services_by_name["Heartbeat"].full_name])
         port = await self._grpc.start()
         address = self._advertise or f"127.0.0.1:{port}"
         for emitter in self.emitters:

@@ -16,6 +16,8 @@ from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient
 
+from mirrorline.kafka.causes import explain
+
 log = logging.getLogger(__name__)
 
 
@@ -44,6 +46,7 @@ class ClusterProbe:
 
     async def check(self) -> bool:
         """Probe once now (also used at start-up before anything else happens)."""
+        began = time.monotonic()
         try:
             if self._client is None:
                 self._client = AIOKafkaAdminClient(**self._kwargs)
@@ -51,14 +54,15 @@ class ClusterProbe:
             await asyncio.wait_for(self._client.describe_cluster(), self._timeout)
         except Exception as exc:
             await self._close_client()
-            detail = "timed out" if isinstance(exc, TimeoutError) else repr(exc)
+            detail = explain(exc, self._kwargs.get("bootstrap_servers"),
+                             protocol=self._kwargs.get("security_protocol"), since=began)
             self._set(False, f"cluster {self.alias!r} unreachable: {detail}")
             return False
         self._set(True, None)
         return True
 
     def _set(self, reachable: bool, error: str | None) -> None:
-        if reachable != self.reachable:
+        if reachable != self.reachable or (error != self.error and error is not None):
             self.since = time.time()
             if reachable:
                 log.info("cluster %r reachable", self.alias)
@@ -75,4 +79,4 @@ class ClusterProbe:
         client, self._client = self._client, None
         if client is not None:
             with contextlib.suppress(Exception):
-                await client.close()
+                await asyncio.wait_for(client.close(), self._timeout)

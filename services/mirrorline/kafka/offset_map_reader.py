@@ -5,8 +5,9 @@ previous stopped, so a partition hand-over costs only the runs written since. Us
 a partition starts copying (the replicator, the Spark executor) to find the last point
 that maps exactly between source and target.
 
-A record that does not decode is reported once at WARNING with its offset and skipped: it
-can only make the map know less (a longer tail to match), never wrong.
+A record that does not decode, or decodes to something impossible, is reported once at
+WARNING with its coordinates and skipped (`core/bad_records.py`): it can only make the map
+know less (a longer tail to match), never wrong.
 """
 
 from __future__ import annotations
@@ -15,8 +16,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from google.protobuf.message import DecodeError
-
+from mirrorline.core.bad_records import BadRecords
 from mirrorline.core.offset_map import OffsetMap
 from mirrorline.kafka.reader import TopicReader
 from mirrorline.v1 import offset_map_pb2
@@ -30,6 +30,7 @@ class OffsetMapFollower:
         self.map = OffsetMap()
         self._kwargs = dict(consumer_kwargs)
         self._position: int | None = None
+        self.bad_records = BadRecords(f"offset map reader ({topic})")
 
     async def refresh(self, timeout: float = 30.0) -> OffsetMap:
         """Fold in every run written since the last refresh; return the map."""
@@ -45,10 +46,9 @@ class OffsetMapFollower:
         return self.map
 
     def _apply(self, offset: int, value: bytes | None) -> None:
-        message = offset_map_pb2.OffsetMapRecord()
-        try:
+        def fold() -> None:  # decoding and checking happen before anything changes
+            message = offset_map_pb2.OffsetMapRecord()
             message.ParseFromString(value or b"")
             self.map.add_record(message)
-        except (DecodeError, ValueError) as exc:
-            log.warning("%s offset %d: invalid offset-map record skipped: %s", self.topic,
-                        offset, exc)
+
+        self.bad_records.decode(self.topic, 0, offset, fold)

@@ -8,6 +8,8 @@ than from a ListOffsets(latest) request, which some do not.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -48,8 +50,10 @@ class TopicReader:
             if resume_at and tp.partition in resume_at:
                 self._consumer.seek(tp, resume_at[tp.partition])
 
-    async def stop(self) -> None:
-        await self._consumer.stop()
+    async def stop(self, timeout: float = 2.0) -> None:
+        """Close the consumer; bounded, as a close may wait on an unreachable cluster."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._consumer.stop(), timeout)
 
     async def __aenter__(self) -> TopicReader:
         return self
@@ -63,6 +67,16 @@ class TopicReader:
             if high is None or await self._consumer.position(tp) < high:
                 return False
         return True
+
+    def end_offsets(self) -> dict[int, int]:
+        """Partition -> high watermark, as of the latest fetch (partitions not fetched yet
+        are missing)."""
+        out: dict[int, int] = {}
+        for tp in self._tps:
+            high = self._consumer.highwater(tp)
+            if high is not None:
+                out[tp.partition] = high
+        return out
 
     async def read_to_end(self, timeout: float = 60.0) -> list[Record]:
         """Everything up to the end as of now (records arriving meanwhile may be included)."""

@@ -19,6 +19,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from mirrorline.core.bad_records import BadRecords
 from mirrorline.core.tail_match import ResumePoint, Verdict
 from mirrorline.core.wire import OffsetSync
 from mirrorline.kafka.offset_map_reader import OffsetMapFollower
@@ -49,6 +50,7 @@ class StartPlanner:
         self._source = dict(source_consumer)
         self._target = dict(target_consumer)
         self._follower = OffsetMapFollower(target_consumer, map_topic)
+        self._bad_syncs = BadRecords(f"{flow} (newest offset syncs)")
         self._reset = reset
 
     async def starts(self, partitions: Mapping[TopicPartition, str],
@@ -84,7 +86,7 @@ class StartPlanner:
             return {}
         topic, kwargs = self._syncs
         try:
-            return await newest_syncs(kwargs, topic)
+            return await newest_syncs(kwargs, topic, bad=self._bad_syncs)
         except Exception as exc:
             log.warning("%s: reading the newest offset syncs from %s failed (%r)",
                         self.flow, topic, exc)

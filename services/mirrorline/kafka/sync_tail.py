@@ -10,14 +10,15 @@ been quiet for long, and the offset map speaks for it.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Mapping
 from typing import Any
 
 from aiokafka import TopicPartition
 
-from mirrorline.core.errors import WireFormatError
-from mirrorline.core.wire import OffsetSync
+from mirrorline.core.bad_records import BadRecords
+from mirrorline.core.wire import OffsetSync, valid_sync
 from mirrorline.kafka.ranges import Range, read_ranges
 from mirrorline.kafka.watermarks import high_watermarks
 
@@ -30,9 +31,13 @@ SyncKey = tuple[str, int]
 
 
 async def newest_syncs(consumer_kwargs: Mapping[str, Any], topic: str, *,
-                       window: int = SYNC_WINDOW, timeout: float = 15.0
-                       ) -> dict[SyncKey, OffsetSync]:
-    """(upstream topic, partition) -> its newest offset sync among the last `window`."""
+                       window: int = SYNC_WINDOW, timeout: float = 15.0,
+                       bad: BadRecords | None = None) -> dict[SyncKey, OffsetSync]:
+    """(upstream topic, partition) -> its newest offset sync among the last `window`.
+
+    A record that does not decode or cannot be true (a negative offset) is reported once
+    through `bad` (pass the same one to every call) and skipped."""
+    bad = bad if bad is not None else BadRecords(f"offset sync reader ({topic})")
     ends = await high_watermarks(consumer_kwargs, [topic], timeout=timeout)
     end = ends.get(TopicPartition(topic, 0))
     if not end:
@@ -45,11 +50,8 @@ async def newest_syncs(consumer_kwargs: Mapping[str, Any], topic: str, *,
                  topic, tail.error)
     newest: dict[SyncKey, OffsetSync] = {}
     for record in tail.records:
-        try:
-            sync = OffsetSync.decode(record.key, record.value)
-        except WireFormatError as exc:
-            log.warning("%s offset %d: invalid offset sync skipped: %s", topic, record.offset,
-                        exc)
-            continue
-        newest[sync.topic_partition] = sync
+        sync = bad.decode(record.topic, record.partition, record.offset,
+                          functools.partial(valid_sync, record.key, record.value))
+        if sync is not None:
+            newest[sync.topic_partition] = sync
     return newest

@@ -31,6 +31,7 @@ from mirrorline.core.settings import FlowSettings
 from mirrorline.core.tail_match import Verdict
 from mirrorline.core.topics import OFFSET_MAP_RETENTION_MS, offset_map_topic
 from mirrorline.kafka.admin import ClusterAdmin, TopicSpec
+from mirrorline.kafka.causes import explain
 from mirrorline.kafka.starts import Start, StartPlanner
 from mirrorline.replicator.bookkeeping import OffsetMapWriter, OffsetSyncSender
 from mirrorline.replicator.checker import TargetChecker
@@ -125,7 +126,9 @@ class FlowReplicator:
                 await self._close_clients()
                 delay = self._backoff.delay(attempt)
                 attempt += 1
-                self.error = f"cannot start flow {self.name}: {exc}"
+                servers = [*self.flow.clients.source_admin.get("bootstrap.servers", "").split(","),
+                           *self.flow.clients.target_admin.get("bootstrap.servers", "").split(",")]
+                self.error = f"cannot start flow {self.name}: {explain(exc, servers)}"
                 log.warning("%s (retrying in %.1fs)", self.error, delay)
                 await asyncio.sleep(delay)
         if self._stopping:

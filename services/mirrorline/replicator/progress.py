@@ -22,10 +22,12 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
+from mirrorline.core.bad_records import BadRecords
 from mirrorline.core.progress import (
     SOURCE_CONNECTOR,
     decode_source_progress,
     encode_offset,
+    progress_problem,
     progress_topic,
     source_offset_key,
 )
@@ -126,7 +128,12 @@ async def read_progress(target_consumer: Mapping[str, Any], source_alias: str
     offset to copy, as recorded on the target (MM2's or Mirrorline's records alike)."""
     records = await read_topic(target_consumer, progress_topic(source_alias))
     found: dict[TopicPartitionKey, int] = {}
+    bad = BadRecords(f"progress reader ({source_alias})")
     for record in records:
+        problem = progress_problem(record.key, record.value)
+        if problem is not None:
+            bad.skip(record.topic, record.partition, record.offset, problem)
+            continue
         progress = decode_source_progress(record.key, record.value)
         if (progress is None or progress.connector != SOURCE_CONNECTOR
                 or progress.cluster != source_alias):

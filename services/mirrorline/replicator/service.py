@@ -18,15 +18,18 @@ import grpc
 
 from mirrorline.controlplane.home import control_topics, home_clients, home_cluster
 from mirrorline.controlplane.log import ControlLog
+from mirrorline.core.backoff import Backoff
 from mirrorline.core.errors import ConfigError
 from mirrorline.core.settings import MirrorSettings
 from mirrorline.grpcserver import ServiceServer
+from mirrorline.kafka.causes import explain
 from mirrorline.kafka.clients import admin_kwargs
 from mirrorline.kafka.health import ClusterProbe
 from mirrorline.replicator.exactly_once import TargetUnreachable, check_exactly_once
 from mirrorline.replicator.flow import FlowReplicator, FlowState
 from mirrorline.replicator.metrics import ReplicationMetrics
 from mirrorline.replicator.worker import WorkerAgent
+from mirrorline.runtime import stop_within
 from mirrorline.telemetry import Telemetry, setup_telemetry
 from mirrorline.v1 import flows_pb2, replicator_pb2, replicator_pb2_grpc
 
@@ -87,16 +90,9 @@ class ReplicatorService:
                        [replicator_pb2.DESCRIPTOR.services_by_name["Replicator"].full_name])
         port = await self._grpc.start()
         if self._worker:
-            home = home_cluster(self.settings, self._targets)
-            self._probe(home)
-            consumer, _, _ = home_clients(self.settings, home, f"worker-{self.worker_id}")
-            self._control = ControlLog(consumer_kwargs=consumer,
-                                       topic=control_topics(self.settings)[0])
-            await self._control.start()
-            self.agent = WorkerAgent(self.settings, self._control, worker_id=self.worker_id,
-                                     address=self._advertise or f"127.0.0.1:{port}",
-                                     metrics=metrics, tracer=self.telemetry.tracer)
-            await self.agent.start()
+            self._tasks.append(asyncio.create_task(
+                self._join(self._advertise or f"127.0.0.1:{port}", metrics),
+                name="join the control plane"))
         else:
             for wanted in flows:  # a configuration error: exit 2 before anything is copied
                 with contextlib.suppress(TargetUnreachable):
@@ -110,6 +106,33 @@ class ReplicatorService:
                  self.telemetry.metrics_port,
                  "worker of the controller" if self._worker
                  else "flows " + ", ".join(f.name for f in self._standalone))
+
+    async def _join(self, address: str, metrics: ReplicationMetrics) -> None:
+        """Worker mode: read the control log (retrying while the home cluster does not
+        answer, one line per attempt), then do what it assigns."""
+        home = home_cluster(self.settings, self._targets)
+        self._probe(home)
+        consumer, _, _ = home_clients(self.settings, home, f"worker-{self.worker_id}")
+        servers = dict(self.settings.clusters[home].connection).get("bootstrap.servers")
+        backoff, attempt = Backoff(initial=1.0, maximum=30.0), 0
+        while True:
+            control = ControlLog(consumer_kwargs=consumer,
+                                 topic=control_topics(self.settings)[0])
+            try:
+                await control.start()
+                break
+            except Exception as exc:
+                await stop_within(control.stop(), 1.0, "closing the control log reader")
+                delay = backoff.delay(attempt)
+                attempt += 1
+                log.warning("home cluster %r unreachable: %s; retrying in %.0fs", home,
+                            explain(exc, servers), delay)
+                await asyncio.sleep(delay)
+        self._control = control
+        assert self.telemetry is not None
+        self.agent = WorkerAgent(self.settings, control, worker_id=self.worker_id,
+                                 address=address, metrics=metrics, tracer=self.telemetry.tracer)
+        await self.agent.start()
 
     def _probe(self, alias: str) -> None:
         if alias in self.probes:
@@ -125,17 +148,22 @@ class ReplicatorService:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        # Each part saves what it can (progress, offset map) within its own budget; a part
+        # stuck on an unreachable cluster is abandoned rather than waited for.
         if self.agent is not None:
-            await self.agent.stop()
-        await asyncio.gather(*(f.stop() for f in self._standalone), return_exceptions=True)
+            await stop_within(self.agent.stop(), 1.2, "stopping the worker's flows")
+        await stop_within(asyncio.gather(*(f.stop() for f in self._standalone),
+                                         return_exceptions=True), 1.2, "stopping the flows")
         if self._control is not None:
-            await self._control.stop()
+            await stop_within(self._control.stop(), 0.3, "closing the control log reader")
         await asyncio.gather(*(p.stop() for p in self.probes.values()), return_exceptions=True)
-        await self._grpc.stop()
+        await self._grpc.stop(grace=0.3)
         if self.telemetry is not None:
             await self.telemetry.stop()
 
     def serving(self) -> bool:
+        if self._worker and self.agent is None:
+            return False  # the control log has not been read yet
         if self.agent is not None and (self.agent.fenced or self.agent.heartbeat_error):
             return False
         return (all(p.reachable for p in self.probes.values())

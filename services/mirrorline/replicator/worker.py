@@ -26,6 +26,7 @@ import grpc
 from aiokafka import TopicPartition
 from opentelemetry.trace import Tracer
 
+from mirrorline import grpcsecure
 from mirrorline.controlplane.log import ControlLog
 from mirrorline.core.errors import ConfigError
 from mirrorline.core.flowdefs import Definition, flow_settings
@@ -269,6 +270,6 @@ class WorkerAgent:
                 closing = asyncio.ensure_future(self._channel.close())
                 self._closing.add(closing)
                 closing.add_done_callback(self._closing.discard)
-            self._channel = grpc.aio.insecure_channel(address)
+            self._channel = grpcsecure.channel(address)
             self._channel_address = address
         return self._channel

@@ -4,6 +4,7 @@ import grpc
 import warnings
 
 from mirrorline.v1 import admin_pb2 as mirrorline_dot_v1_dot_admin__pb2
+from mirrorline.v1 import audit_pb2 as mirrorline_dot_v1_dot_audit__pb2
 from mirrorline.v1 import failover_pb2 as mirrorline_dot_v1_dot_failover__pb2
 from mirrorline.v1 import heartbeat_pb2 as mirrorline_dot_v1_dot_heartbeat__pb2
 
@@ -120,6 +121,11 @@ class AdminStub:
                 '/mirrorline.v1.Admin/ExecuteFailback',
                 request_serializer=mirrorline_dot_v1_dot_failover__pb2.ExecuteFailbackRequest.SerializeToString,
                 response_deserializer=mirrorline_dot_v1_dot_failover__pb2.FailbackResult.FromString,
+                _registered_method=True)
+        self.History = channel.unary_unary(
+                '/mirrorline.v1.Admin/History',
+                request_serializer=mirrorline_dot_v1_dot_audit__pb2.HistoryRequest.SerializeToString,
+                response_deserializer=mirrorline_dot_v1_dot_audit__pb2.HistoryResponse.FromString,
                 _registered_method=True)
         self.Topology = channel.unary_unary(
                 '/mirrorline.v1.Admin/Topology',
@@ -249,6 +255,13 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def History(self, request, context):
+        """The audit trail: state-changing calls, newest last (see audit.proto).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Topology(self, request, context):
         """Heartbeats, canary and audit: served by the heartbeat service (the controller forwards).
         """
@@ -355,6 +368,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.ExecuteFailback,
                     request_deserializer=mirrorline_dot_v1_dot_failover__pb2.ExecuteFailbackRequest.FromString,
                     response_serializer=mirrorline_dot_v1_dot_failover__pb2.FailbackResult.SerializeToString,
+            ),
+            'History': grpc.unary_unary_rpc_method_handler(
+                    servicer.History,
+                    request_deserializer=mirrorline_dot_v1_dot_audit__pb2.HistoryRequest.FromString,
+                    response_serializer=mirrorline_dot_v1_dot_audit__pb2.HistoryResponse.SerializeToString,
             ),
             'Topology': grpc.unary_unary_rpc_method_handler(
                     servicer.Topology,
@@ -831,6 +849,33 @@ class Admin:
             '/mirrorline.v1.Admin/ExecuteFailback',
             mirrorline_dot_v1_dot_failover__pb2.ExecuteFailbackRequest.SerializeToString,
             mirrorline_dot_v1_dot_failover__pb2.FailbackResult.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def History(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mirrorline.v1.Admin/History',
+            mirrorline_dot_v1_dot_audit__pb2.HistoryRequest.SerializeToString,
+            mirrorline_dot_v1_dot_audit__pb2.HistoryResponse.FromString,
             options,
             channel_credentials,
             insecure,

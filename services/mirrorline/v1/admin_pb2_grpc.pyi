@@ -10,6 +10,7 @@ not the leader (trailing metadata `leader-address` says where the leader is).
 from collections import abc as _abc
 from grpc import aio as _aio
 from mirrorline.v1 import admin_pb2 as _admin_pb2
+from mirrorline.v1 import audit_pb2 as _audit_pb2
 from mirrorline.v1 import failover_pb2 as _failover_pb2
 from mirrorline.v1 import heartbeat_pb2 as _heartbeat_pb2
 import abc as _abc_1
@@ -60,6 +61,8 @@ class AdminStub:
     FailoverToTime: _grpc.UnaryUnaryMultiCallable[_failover_pb2.FailoverToTimeRequest, _failover_pb2.FailoverResult]
     PlanFailback: _grpc.UnaryUnaryMultiCallable[_failover_pb2.PlanFailbackRequest, _failover_pb2.FailbackPlan]
     ExecuteFailback: _grpc.UnaryUnaryMultiCallable[_failover_pb2.ExecuteFailbackRequest, _failover_pb2.FailbackResult]
+    History: _grpc.UnaryUnaryMultiCallable[_audit_pb2.HistoryRequest, _audit_pb2.HistoryResponse]
+    """The audit trail: state-changing calls, newest last (see audit.proto)."""
     Topology: _grpc.UnaryUnaryMultiCallable[_heartbeat_pb2.TopologyRequest, _heartbeat_pb2.TopologyReport]
     """Heartbeats, canary and audit: served by the heartbeat service (the controller forwards)."""
     Canary: _grpc.UnaryUnaryMultiCallable[_heartbeat_pb2.CanaryRequest, _heartbeat_pb2.CanaryReport]
@@ -91,6 +94,8 @@ class AdminAsyncStub(AdminStub):
     FailoverToTime: _aio.UnaryUnaryMultiCallable[_failover_pb2.FailoverToTimeRequest, _failover_pb2.FailoverResult]  # type: ignore[assignment]
     PlanFailback: _aio.UnaryUnaryMultiCallable[_failover_pb2.PlanFailbackRequest, _failover_pb2.FailbackPlan]  # type: ignore[assignment]
     ExecuteFailback: _aio.UnaryUnaryMultiCallable[_failover_pb2.ExecuteFailbackRequest, _failover_pb2.FailbackResult]  # type: ignore[assignment]
+    History: _aio.UnaryUnaryMultiCallable[_audit_pb2.HistoryRequest, _audit_pb2.HistoryResponse]  # type: ignore[assignment]
+    """The audit trail: state-changing calls, newest last (see audit.proto)."""
     Topology: _aio.UnaryUnaryMultiCallable[_heartbeat_pb2.TopologyRequest, _heartbeat_pb2.TopologyReport]  # type: ignore[assignment]
     """Heartbeats, canary and audit: served by the heartbeat service (the controller forwards)."""
     Canary: _aio.UnaryUnaryMultiCallable[_heartbeat_pb2.CanaryRequest, _heartbeat_pb2.CanaryReport]  # type: ignore[assignment]
@@ -221,6 +226,14 @@ class AdminServicer(metaclass=_abc_1.ABCMeta):
         request: _failover_pb2.ExecuteFailbackRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_failover_pb2.FailbackResult, _abc.Awaitable[_failover_pb2.FailbackResult]]: ...
+
+    @_abc_1.abstractmethod
+    def History(
+        self,
+        request: _audit_pb2.HistoryRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_audit_pb2.HistoryResponse, _abc.Awaitable[_audit_pb2.HistoryResponse]]:
+        """The audit trail: state-changing calls, newest last (see audit.proto)."""
 
     @_abc_1.abstractmethod
     def Topology(

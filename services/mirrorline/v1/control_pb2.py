@@ -22,40 +22,41 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from mirrorline.v1 import audit_pb2 as mirrorline_dot_v1_dot_audit__pb2
 from mirrorline.v1 import flows_pb2 as mirrorline_dot_v1_dot_flows__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bmirrorline/v1/control.proto\x12\rmirrorline.v1\x1a\x19mirrorline/v1/flows.proto\"\xfe\x04\n\rControlRecord\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\x15\n\rcontroller_id\x18\x02 \x01(\t\x12\x14\n\x0ctimestamp_ms\x18\x03 \x01(\x03\x12\x36\n\x0eleader_claimed\x18\n \x01(\x0b\x32\x1c.mirrorline.v1.LeaderClaimedH\x00\x12\x32\n\x0c\x66low_created\x18\x0b \x01(\x0b\x32\x1a.mirrorline.v1.FlowCreatedH\x00\x12\x32\n\x0c\x66low_updated\x18\x0c \x01(\x0b\x32\x1a.mirrorline.v1.FlowUpdatedH\x00\x12\x30\n\x0b\x66low_paused\x18\r \x01(\x0b\x32\x19.mirrorline.v1.FlowPausedH\x00\x12\x32\n\x0c\x66low_resumed\x18\x0e \x01(\x0b\x32\x1a.mirrorline.v1.FlowResumedH\x00\x12\x32\n\x0c\x66low_deleted\x18\x0f \x01(\x0b\x32\x1a.mirrorline.v1.FlowDeletedH\x00\x12@\n\x13partitions_assigned\x18\x10 \x01(\x0b\x32!.mirrorline.v1.PartitionsAssignedH\x00\x12>\n\x12partitions_revoked\x18\x11 \x01(\x0b\x32 .mirrorline.v1.PartitionsRevokedH\x00\x12\x36\n\x0eworker_expired\x18\x12 \x01(\x0b\x32\x1c.mirrorline.v1.WorkerExpiredH\x00\x12\x34\n\rconfig_seeded\x18\x13 \x01(\x0b\x32\x1b.mirrorline.v1.ConfigSeededH\x00\x42\x07\n\x05\x65vent\" \n\rLeaderClaimed\x12\x0f\n\x07\x61\x64\x64ress\x18\x01 \x01(\t\"4\n\x0b\x46lowCreated\x12%\n\x04spec\x18\x01 \x01(\x0b\x32\x17.mirrorline.v1.FlowSpec\"4\n\x0b\x46lowUpdated\x12%\n\x04spec\x18\x01 \x01(\x0b\x32\x17.mirrorline.v1.FlowSpec\"\x1a\n\nFlowPaused\x12\x0c\n\x04\x66low\x18\x01 \x01(\t\"\x1b\n\x0b\x46lowResumed\x12\x0c\n\x04\x66low\x18\x01 \x01(\t\"\x1b\n\x0b\x46lowDeleted\x12\x0c\n\x04\x66low\x18\x01 \x01(\t\"F\n\x0cPartitionRef\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x14\n\x0cremote_topic\x18\x03 \x01(\t\"f\n\x12PartitionsAssigned\x12\x0c\n\x04\x66low\x18\x01 \x01(\t\x12\x11\n\tworker_id\x18\x02 \x01(\t\x12/\n\npartitions\x18\x03 \x03(\x0b\x32\x1b.mirrorline.v1.PartitionRef\"e\n\x11PartitionsRevoked\x12\x0c\n\x04\x66low\x18\x01 \x01(\t\x12\x11\n\tworker_id\x18\x02 \x01(\t\x12/\n\npartitions\x18\x03 \x03(\x0b\x32\x1b.mirrorline.v1.PartitionRef\"\"\n\rWorkerExpired\x12\x11\n\tworker_id\x18\x01 \x01(\t\"\x1e\n\x0c\x43onfigSeeded\x12\x0e\n\x06source\x18\x01 \x01(\t\"m\n\x0bLeaderLease\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\x15\n\rcontroller_id\x18\x02 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12\x15\n\rrenewed_at_ms\x18\x04 \x01(\x03\x12\x10\n\x08lease_ms\x18\x05 \x01(\x03\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bmirrorline/v1/control.proto\x12\rmirrorline.v1\x1a\x19mirrorline/v1/audit.proto\x1a\x19mirrorline/v1/flows.proto\"\xaa\x05\n\rControlRecord\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\x15\n\rcontroller_id\x18\x02 \x01(\t\x12\x14\n\x0ctimestamp_ms\x18\x03 \x01(\x03\x12\x36\n\x0eleader_claimed\x18\n \x01(\x0b\x32\x1c.mirrorline.v1.LeaderClaimedH\x00\x12\x32\n\x0c\x66low_created\x18\x0b \x01(\x0b\x32\x1a.mirrorline.v1.FlowCreatedH\x00\x12\x32\n\x0c\x66low_updated\x18\x0c \x01(\x0b\x32\x1a.mirrorline.v1.FlowUpdatedH\x00\x12\x30\n\x0b\x66low_paused\x18\r \x01(\x0b\x32\x19.mirrorline.v1.FlowPausedH\x00\x12\x32\n\x0c\x66low_resumed\x18\x0e \x01(\x0b\x32\x1a.mirrorline.v1.FlowResumedH\x00\x12\x32\n\x0c\x66low_deleted\x18\x0f \x01(\x0b\x32\x1a.mirrorline.v1.FlowDeletedH\x00\x12@\n\x13partitions_assigned\x18\x10 \x01(\x0b\x32!.mirrorline.v1.PartitionsAssignedH\x00\x12>\n\x12partitions_revoked\x18\x11 \x01(\x0b\x32 .mirrorline.v1.PartitionsRevokedH\x00\x12\x36\n\x0eworker_expired\x18\x12 \x01(\x0b\x32\x1c.mirrorline.v1.WorkerExpiredH\x00\x12\x34\n\rconfig_seeded\x18\x13 \x01(\x0b\x32\x1b.mirrorline.v1.ConfigSeededH\x00\x12*\n\x05\x61udit\x18\x1e \x01(\x0b\x32\x19.mirrorline.v1.AuditEntryH\x00\x42\x07\n\x05\x65vent\" \n\rLeaderClaimed\x12\x0f\n\x07\x61\x64\x64ress\x18\x01 \x01(\t\"4\n\x0b\x46lowCreated\x12%\n\x04spec\x18\x01 \x01(\x0b\x32\x17.mirrorline.v1.FlowSpec\"4\n\x0b\x46lowUpdated\x12%\n\x04spec\x18\x01 \x01(\x0b\x32\x17.mirrorline.v1.FlowSpec\"\x1a\n\nFlowPaused\x12\x0c\n\x04\x66low\x18\x01 \x01(\t\"\x1b\n\x0b\x46lowResumed\x12\x0c\n\x04\x66low\x18\x01 \x01(\t\"\x1b\n\x0b\x46lowDeleted\x12\x0c\n\x04\x66low\x18\x01 \x01(\t\"F\n\x0cPartitionRef\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x14\n\x0cremote_topic\x18\x03 \x01(\t\"f\n\x12PartitionsAssigned\x12\x0c\n\x04\x66low\x18\x01 \x01(\t\x12\x11\n\tworker_id\x18\x02 \x01(\t\x12/\n\npartitions\x18\x03 \x03(\x0b\x32\x1b.mirrorline.v1.PartitionRef\"e\n\x11PartitionsRevoked\x12\x0c\n\x04\x66low\x18\x01 \x01(\t\x12\x11\n\tworker_id\x18\x02 \x01(\t\x12/\n\npartitions\x18\x03 \x03(\x0b\x32\x1b.mirrorline.v1.PartitionRef\"\"\n\rWorkerExpired\x12\x11\n\tworker_id\x18\x01 \x01(\t\"\x1e\n\x0c\x43onfigSeeded\x12\x0e\n\x06source\x18\x01 \x01(\t\"m\n\x0bLeaderLease\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\x15\n\rcontroller_id\x18\x02 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12\x15\n\rrenewed_at_ms\x18\x04 \x01(\x03\x12\x10\n\x08lease_ms\x18\x05 \x01(\x03\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'mirrorline.v1.control_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_CONTROLRECORD']._serialized_start=74
-  _globals['_CONTROLRECORD']._serialized_end=712
-  _globals['_LEADERCLAIMED']._serialized_start=714
-  _globals['_LEADERCLAIMED']._serialized_end=746
-  _globals['_FLOWCREATED']._serialized_start=748
-  _globals['_FLOWCREATED']._serialized_end=800
-  _globals['_FLOWUPDATED']._serialized_start=802
-  _globals['_FLOWUPDATED']._serialized_end=854
-  _globals['_FLOWPAUSED']._serialized_start=856
-  _globals['_FLOWPAUSED']._serialized_end=882
-  _globals['_FLOWRESUMED']._serialized_start=884
-  _globals['_FLOWRESUMED']._serialized_end=911
-  _globals['_FLOWDELETED']._serialized_start=913
-  _globals['_FLOWDELETED']._serialized_end=940
-  _globals['_PARTITIONREF']._serialized_start=942
-  _globals['_PARTITIONREF']._serialized_end=1012
-  _globals['_PARTITIONSASSIGNED']._serialized_start=1014
-  _globals['_PARTITIONSASSIGNED']._serialized_end=1116
-  _globals['_PARTITIONSREVOKED']._serialized_start=1118
-  _globals['_PARTITIONSREVOKED']._serialized_end=1219
-  _globals['_WORKEREXPIRED']._serialized_start=1221
-  _globals['_WORKEREXPIRED']._serialized_end=1255
-  _globals['_CONFIGSEEDED']._serialized_start=1257
-  _globals['_CONFIGSEEDED']._serialized_end=1287
-  _globals['_LEADERLEASE']._serialized_start=1289
-  _globals['_LEADERLEASE']._serialized_end=1398
+  _globals['_CONTROLRECORD']._serialized_start=101
+  _globals['_CONTROLRECORD']._serialized_end=783
+  _globals['_LEADERCLAIMED']._serialized_start=785
+  _globals['_LEADERCLAIMED']._serialized_end=817
+  _globals['_FLOWCREATED']._serialized_start=819
+  _globals['_FLOWCREATED']._serialized_end=871
+  _globals['_FLOWUPDATED']._serialized_start=873
+  _globals['_FLOWUPDATED']._serialized_end=925
+  _globals['_FLOWPAUSED']._serialized_start=927
+  _globals['_FLOWPAUSED']._serialized_end=953
+  _globals['_FLOWRESUMED']._serialized_start=955
+  _globals['_FLOWRESUMED']._serialized_end=982
+  _globals['_FLOWDELETED']._serialized_start=984
+  _globals['_FLOWDELETED']._serialized_end=1011
+  _globals['_PARTITIONREF']._serialized_start=1013
+  _globals['_PARTITIONREF']._serialized_end=1083
+  _globals['_PARTITIONSASSIGNED']._serialized_start=1085
+  _globals['_PARTITIONSASSIGNED']._serialized_end=1187
+  _globals['_PARTITIONSREVOKED']._serialized_start=1189
+  _globals['_PARTITIONSREVOKED']._serialized_end=1290
+  _globals['_WORKEREXPIRED']._serialized_start=1292
+  _globals['_WORKEREXPIRED']._serialized_end=1326
+  _globals['_CONFIGSEEDED']._serialized_start=1328
+  _globals['_CONFIGSEEDED']._serialized_end=1358
+  _globals['_LEADERLEASE']._serialized_start=1360
+  _globals['_LEADERLEASE']._serialized_end=1469
 # @@protoc_insertion_point(module_scope)

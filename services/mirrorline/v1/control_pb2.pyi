@@ -14,6 +14,7 @@ from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
+from mirrorline.v1 import audit_pb2 as _audit_pb2
 from mirrorline.v1 import flows_pb2 as _flows_pb2
 import builtins as _builtins
 import sys
@@ -43,6 +44,7 @@ class ControlRecord(_message.Message):
     PARTITIONS_REVOKED_FIELD_NUMBER: _builtins.int
     WORKER_EXPIRED_FIELD_NUMBER: _builtins.int
     CONFIG_SEEDED_FIELD_NUMBER: _builtins.int
+    AUDIT_FIELD_NUMBER: _builtins.int
     epoch: _builtins.int
     controller_id: _builtins.str
     timestamp_ms: _builtins.int
@@ -66,6 +68,10 @@ class ControlRecord(_message.Message):
     def worker_expired(self) -> Global___WorkerExpired: ...
     @_builtins.property
     def config_seeded(self) -> Global___ConfigSeeded: ...
+    @_builtins.property
+    def audit(self) -> _audit_pb2.AuditEntry:
+        """Who did what through the Admin API (changes no state)."""
+
     def __init__(
         self,
         *,
@@ -82,12 +88,13 @@ class ControlRecord(_message.Message):
         partitions_revoked: Global___PartitionsRevoked | None = ...,
         worker_expired: Global___WorkerExpired | None = ...,
         config_seeded: Global___ConfigSeeded | None = ...,
+        audit: _audit_pb2.AuditEntry | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["config_seeded", b"config_seeded", "event", b"event", "flow_created", b"flow_created", "flow_deleted", b"flow_deleted", "flow_paused", b"flow_paused", "flow_resumed", b"flow_resumed", "flow_updated", b"flow_updated", "leader_claimed", b"leader_claimed", "partitions_assigned", b"partitions_assigned", "partitions_revoked", b"partitions_revoked", "worker_expired", b"worker_expired"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["audit", b"audit", "config_seeded", b"config_seeded", "event", b"event", "flow_created", b"flow_created", "flow_deleted", b"flow_deleted", "flow_paused", b"flow_paused", "flow_resumed", b"flow_resumed", "flow_updated", b"flow_updated", "leader_claimed", b"leader_claimed", "partitions_assigned", b"partitions_assigned", "partitions_revoked", b"partitions_revoked", "worker_expired", b"worker_expired"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["config_seeded", b"config_seeded", "controller_id", b"controller_id", "epoch", b"epoch", "event", b"event", "flow_created", b"flow_created", "flow_deleted", b"flow_deleted", "flow_paused", b"flow_paused", "flow_resumed", b"flow_resumed", "flow_updated", b"flow_updated", "leader_claimed", b"leader_claimed", "partitions_assigned", b"partitions_assigned", "partitions_revoked", b"partitions_revoked", "timestamp_ms", b"timestamp_ms", "worker_expired", b"worker_expired"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["audit", b"audit", "config_seeded", b"config_seeded", "controller_id", b"controller_id", "epoch", b"epoch", "event", b"event", "flow_created", b"flow_created", "flow_deleted", b"flow_deleted", "flow_paused", b"flow_paused", "flow_resumed", b"flow_resumed", "flow_updated", b"flow_updated", "leader_claimed", b"leader_claimed", "partitions_assigned", b"partitions_assigned", "partitions_revoked", b"partitions_revoked", "timestamp_ms", b"timestamp_ms", "worker_expired", b"worker_expired"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["leader_claimed", "flow_created", "flow_updated", "flow_paused", "flow_resumed", "flow_deleted", "partitions_assigned", "partitions_revoked", "worker_expired", "config_seeded"]  # noqa: Y015
+    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["leader_claimed", "flow_created", "flow_updated", "flow_paused", "flow_resumed", "flow_deleted", "partitions_assigned", "partitions_revoked", "worker_expired", "config_seeded", "audit"]  # noqa: Y015
     _WhichOneofArgType_event: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_event) -> _WhichOneofReturnType_event | None: ...
 

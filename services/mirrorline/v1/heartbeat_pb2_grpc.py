@@ -3,6 +3,7 @@
 import grpc
 import warnings
 
+from mirrorline.v1 import heartbeat_pb2 as mirrorline_dot_v1_dot_heartbeat__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -22,3 +23,167 @@ if _version_not_supported:
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
     )
+
+
+class HeartbeatStub:
+    """The same three calls as the Admin API's, for the controller to forward to (the
+    deployment's own identity; people use the Admin API).
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.Topology = channel.unary_unary(
+                '/mirrorline.v1.Heartbeat/Topology',
+                request_serializer=mirrorline_dot_v1_dot_heartbeat__pb2.TopologyRequest.SerializeToString,
+                response_deserializer=mirrorline_dot_v1_dot_heartbeat__pb2.TopologyReport.FromString,
+                _registered_method=True)
+        self.Canary = channel.unary_unary(
+                '/mirrorline.v1.Heartbeat/Canary',
+                request_serializer=mirrorline_dot_v1_dot_heartbeat__pb2.CanaryRequest.SerializeToString,
+                response_deserializer=mirrorline_dot_v1_dot_heartbeat__pb2.CanaryReport.FromString,
+                _registered_method=True)
+        self.Audit = channel.unary_unary(
+                '/mirrorline.v1.Heartbeat/Audit',
+                request_serializer=mirrorline_dot_v1_dot_heartbeat__pb2.AuditRequest.SerializeToString,
+                response_deserializer=mirrorline_dot_v1_dot_heartbeat__pb2.AuditReport.FromString,
+                _registered_method=True)
+
+
+class HeartbeatServicer:
+    """The same three calls as the Admin API's, for the controller to forward to (the
+    deployment's own identity; people use the Admin API).
+    """
+
+    def Topology(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Canary(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Audit(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_HeartbeatServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'Topology': grpc.unary_unary_rpc_method_handler(
+                    servicer.Topology,
+                    request_deserializer=mirrorline_dot_v1_dot_heartbeat__pb2.TopologyRequest.FromString,
+                    response_serializer=mirrorline_dot_v1_dot_heartbeat__pb2.TopologyReport.SerializeToString,
+            ),
+            'Canary': grpc.unary_unary_rpc_method_handler(
+                    servicer.Canary,
+                    request_deserializer=mirrorline_dot_v1_dot_heartbeat__pb2.CanaryRequest.FromString,
+                    response_serializer=mirrorline_dot_v1_dot_heartbeat__pb2.CanaryReport.SerializeToString,
+            ),
+            'Audit': grpc.unary_unary_rpc_method_handler(
+                    servicer.Audit,
+                    request_deserializer=mirrorline_dot_v1_dot_heartbeat__pb2.AuditRequest.FromString,
+                    response_serializer=mirrorline_dot_v1_dot_heartbeat__pb2.AuditReport.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'mirrorline.v1.Heartbeat', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('mirrorline.v1.Heartbeat', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class Heartbeat:
+    """The same three calls as the Admin API's, for the controller to forward to (the
+    deployment's own identity; people use the Admin API).
+    """
+
+    @staticmethod
+    def Topology(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mirrorline.v1.Heartbeat/Topology',
+            mirrorline_dot_v1_dot_heartbeat__pb2.TopologyRequest.SerializeToString,
+            mirrorline_dot_v1_dot_heartbeat__pb2.TopologyReport.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Canary(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mirrorline.v1.Heartbeat/Canary',
+            mirrorline_dot_v1_dot_heartbeat__pb2.CanaryRequest.SerializeToString,
+            mirrorline_dot_v1_dot_heartbeat__pb2.CanaryReport.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Audit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mirrorline.v1.Heartbeat/Audit',
+            mirrorline_dot_v1_dot_heartbeat__pb2.AuditRequest.SerializeToString,
+            mirrorline_dot_v1_dot_heartbeat__pb2.AuditReport.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

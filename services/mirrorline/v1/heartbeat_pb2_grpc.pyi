@@ -8,9 +8,16 @@ serves these RPCs of the Admin API itself; the controller forwards them to it.
 
 from collections import abc as _abc
 from grpc import aio as _aio
+from mirrorline.v1 import heartbeat_pb2 as _heartbeat_pb2
 import abc as _abc_1
 import grpc as _grpc
+import sys
 import typing as _typing
+
+if sys.version_info >= (3, 11):
+    from typing import Self as _Self
+else:
+    from typing_extensions import Self as _Self
 
 _T = _typing.TypeVar("_T")
 
@@ -21,3 +28,55 @@ class _ServicerContext(_grpc.ServicerContext, _aio.ServicerContext):  # type: ig
 
 GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
+
+class HeartbeatStub:
+    """The same three calls as the Admin API's, for the controller to forward to (the
+    deployment's own identity; people use the Admin API).
+    """
+
+    @_typing.overload
+    def __new__(cls, channel: _grpc.Channel) -> _Self: ...
+    @_typing.overload
+    def __new__(cls, channel: _aio.Channel) -> HeartbeatAsyncStub: ...
+    Topology: _grpc.UnaryUnaryMultiCallable[_heartbeat_pb2.TopologyRequest, _heartbeat_pb2.TopologyReport]
+    Canary: _grpc.UnaryUnaryMultiCallable[_heartbeat_pb2.CanaryRequest, _heartbeat_pb2.CanaryReport]
+    Audit: _grpc.UnaryUnaryMultiCallable[_heartbeat_pb2.AuditRequest, _heartbeat_pb2.AuditReport]
+
+@_typing.type_check_only
+class HeartbeatAsyncStub(HeartbeatStub):
+    """The same three calls as the Admin API's, for the controller to forward to (the
+    deployment's own identity; people use the Admin API).
+    """
+
+    def __init__(self, channel: _aio.Channel) -> None: ...
+    Topology: _aio.UnaryUnaryMultiCallable[_heartbeat_pb2.TopologyRequest, _heartbeat_pb2.TopologyReport]  # type: ignore[assignment]
+    Canary: _aio.UnaryUnaryMultiCallable[_heartbeat_pb2.CanaryRequest, _heartbeat_pb2.CanaryReport]  # type: ignore[assignment]
+    Audit: _aio.UnaryUnaryMultiCallable[_heartbeat_pb2.AuditRequest, _heartbeat_pb2.AuditReport]  # type: ignore[assignment]
+
+class HeartbeatServicer(metaclass=_abc_1.ABCMeta):
+    """The same three calls as the Admin API's, for the controller to forward to (the
+    deployment's own identity; people use the Admin API).
+    """
+
+    @_abc_1.abstractmethod
+    def Topology(
+        self,
+        request: _heartbeat_pb2.TopologyRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_heartbeat_pb2.TopologyReport, _abc.Awaitable[_heartbeat_pb2.TopologyReport]]: ...
+
+    @_abc_1.abstractmethod
+    def Canary(
+        self,
+        request: _heartbeat_pb2.CanaryRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_heartbeat_pb2.CanaryReport, _abc.Awaitable[_heartbeat_pb2.CanaryReport]]: ...
+
+    @_abc_1.abstractmethod
+    def Audit(
+        self,
+        request: _heartbeat_pb2.AuditRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_heartbeat_pb2.AuditReport, _abc.Awaitable[_heartbeat_pb2.AuditReport]]: ...
+
+def add_HeartbeatServicer_to_server(servicer: HeartbeatServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -1,0 +1,126 @@
+"""Pure pieces of the fault paths: bad-record reporting, failure causes, offset-map record
+checks, offsets-topic record checks, and client settings checked before anything starts."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from mirrorline.core.bad_records import BadRecords
+from mirrorline.core.config import parse_config
+from mirrorline.core.errors import ConfigError
+from mirrorline.core.offset_map import OffsetMap
+from mirrorline.core.progress import encode_offset, progress_problem, source_offset_key
+from mirrorline.core.settings import MirrorSettings
+from mirrorline.kafka import causes
+from mirrorline.kafka.preflight import check_clients
+from mirrorline.v1.offset_map_pb2 import OffsetMapRecord
+
+
+def test_a_bad_record_is_reported_once_with_its_coordinates(
+        caplog: pytest.LogCaptureFixture) -> None:
+    bad = BadRecords("checkpointer a->b")
+
+    def boom() -> int:
+        raise ValueError("count must be >= 0, got -3")
+
+    with caplog.at_level(logging.WARNING):
+        assert bad.decode("mirrorline-offset-map.a.internal", 0, 17, boom) is None
+        assert bad.decode("mirrorline-offset-map.a.internal", 0, 17, boom) is None  # re-read
+        assert bad.decode("mirrorline-offset-map.a.internal", 0, 18, lambda: 5) == 5
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == ["checkpointer a->b: skipped a bad record at "
+                     "mirrorline-offset-map.a.internal-0 offset 17: "
+                     "ValueError: count must be >= 0, got -3"]
+    assert bad.count == 1
+
+
+def test_an_impossible_offset_map_record_changes_nothing() -> None:
+    offset_map = OffsetMap()
+    good = OffsetMapRecord(topic="t", partition=0)
+    good.runs.add(upstream_start=0, count=10, downstream_start=0)
+    offset_map.add_record(good)
+    bad = OffsetMapRecord(topic="t", partition=0)
+    bad.runs.add(upstream_start=10, count=5, downstream_start=10)
+    bad.runs.add(upstream_start=15, count=-3, downstream_start=15)
+    with pytest.raises(ValueError, match="count"):
+        offset_map.add_record(bad)
+    assert offset_map.mapped_until("t", 0) == 10  # not even the record's first, good run
+
+
+def test_offsets_topic_records_of_other_connectors_are_not_bad_but_garbage_is() -> None:
+    key = source_offset_key("a", "orders", 0)
+    assert progress_problem(key, encode_offset(41)) is None
+    assert progress_problem(b'["MirrorCheckpointConnector",{"x":1}]', b"{}") is None
+    assert progress_problem(b"\xff junk", b"{}") == "the key is not JSON"
+    assert progress_problem(key, b'{"offset": "seven"}') is not None
+    assert progress_problem(None, b"{}") is not None
+
+
+@pytest.mark.parametrize(("message", "kind"), [
+    ("Unable connect to \"h:1\": [Errno 111] Connect call failed ('h', 1)",
+     "connection refused"),
+    ("Unable connect to \"h:1\": [SSL: WRONG_VERSION_NUMBER] wrong version number",
+     "TLS handshake failed"),
+    ("Unable connect to \"h:1\": SaslAuthenticationFailed: Authentication failed",
+     "authentication failed"),
+    ("Unable connect to \"h:1\": [Errno -2] Name or service not known", "host not found"),
+])
+def test_the_cause_aiokafka_logged_replaces_its_generic_bootstrap_error(
+        message: str, kind: str) -> None:
+    causes.quiet_aiokafka()
+    logging.getLogger("aiokafka.client").error(message)
+    from aiokafka.errors import KafkaConnectionError
+
+    line = causes.explain(KafkaConnectionError("Unable to bootstrap from [('h', 1)]"), "h:1")
+    assert line.startswith(f"{kind}: ")
+    assert "bootstrap" not in line
+
+
+def test_a_cause_for_another_cluster_is_not_borrowed() -> None:
+    causes.quiet_aiokafka()
+    logging.getLogger("aiokafka.client").error(
+        "Unable connect to \"other:9\": [Errno 111] Connect call failed")
+    line = causes.explain(TimeoutError(), "mine:1")
+    assert line == "timed out"
+    assert "other" not in line
+
+
+def _settings(extra: str) -> MirrorSettings:
+    return parse_config("clusters = a, b\na.bootstrap.servers = h:1\nb.bootstrap.servers = h:2\n"
+                        "a->b.enabled = true\n" + extra, source="mm2.properties")
+
+
+def test_bad_jaas_is_a_configuration_error_naming_the_prefixed_key_without_the_secret() -> None:
+    settings = _settings("b.security.protocol = SASL_PLAINTEXT\nb.sasl.mechanism = PLAIN\n"
+                         "b.sasl.jaas.config = org.apache.kafka.common.security.plain."
+                         "PlainLoginModule required username='u' password='hunter2'\n")
+    with pytest.raises(ConfigError) as caught:
+        check_clients(settings)
+    assert caught.value.key == "b.sasl.jaas.config"
+    assert "hunter2" not in str(caught.value)
+
+
+def test_good_client_settings_pass() -> None:
+    assert check_clients(_settings("")) == []
+
+
+async def test_controller_health_follows_connection_and_flapping() -> None:
+    """The controller's health verdict, without any cluster: not connected, connected and
+    steady, and leadership changing hands too often (the flapping the issue saw)."""
+    import time
+
+    from mirrorline.controller.service import FLAP_CHANGES, ControllerService
+
+    service = ControllerService(_settings(""), controller_id="c1")
+    serving, why = service.healthy
+    assert not serving and "connecting" in why
+    service.connect_error = None
+    assert service.healthy == (True, "")
+    now = time.monotonic()
+    service._changes = [now - i for i in range(FLAP_CHANGES)]
+    serving, why = service.healthy
+    assert not serving and "leadership changed" in why
+    service._changes = [now - 3600.0] * FLAP_CHANGES  # long ago: steady again
+    assert service.healthy == (True, "")
