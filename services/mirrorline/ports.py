@@ -27,7 +27,8 @@ METRICS_PORTS = {
 def run_ports(workers: int, offset: int = 0) -> dict[str, int]:
     """Every port `mirrorline run --workers N --port-offset OFFSET` listens on, by use."""
     out: dict[str, int] = {}
-    for service, count in (("controller", 1), ("replicator", workers), ("checkpointer", 1)):
+    for service, count in (("controller", 1), ("replicator", workers), ("checkpointer", 1),
+                           ("configsync", 1)):
         for i in range(count):
             name = service if count == 1 else f"{service}-{i}"
             out[f"{name} gRPC"] = GRPC_PORTS[service] + offset + i

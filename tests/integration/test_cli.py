@@ -26,7 +26,7 @@ async def mirrorline(*args: str, timeout: float = 30) -> tuple[int, str]:
     return proc.returncode, out.decode()
 
 
-@pytest.mark.parametrize("command", ["replicator", "checkpointer", "run"])
+@pytest.mark.parametrize("command", ["replicator", "checkpointer", "configsync", "run"])
 @pytest.mark.parametrize(("text", "named"), [
     ("clusters = a, b\na.bootstrap.servers = x:1\nb.bootstrap.servers = y:1\n"
      "a->c.enabled = true\n", ["a->c.enabled", "mm2.properties:4:", "c"]),
@@ -84,7 +84,8 @@ async def test_run_restarts_a_crashed_service_and_stops_everything_on_sigterm(
         await consume_all(backup.bootstrap, f"primary.{topic}", expected=10, timeout=60)
 
         first = children(run.pid)
-        assert sorted(first.values()) == ["controller-0", "replicator-0", "replicator-1"]
+        assert sorted(first.values()) == ["checkpointer-0", "configsync-0", "controller-0",
+                                          "replicator-0", "replicator-1"]
         victim = next(pid for pid, role in first.items() if role == "replicator-0")
         os.kill(victim, signal.SIGKILL)
 
@@ -114,12 +115,12 @@ async def test_run_restarts_a_crashed_service_and_stops_everything_on_sigterm(
 
 
 def children(pid: int) -> dict[int, str]:
-    """Child pid -> the service it runs (its --worker-id / --controller-id)."""
+    """Child pid -> the service it runs (its --worker-id / --controller-id / --instance-id)."""
     path = Path(f"/proc/{pid}/task/{pid}/children")
     found: dict[int, str] = {}
     for child in (path.read_text().split() if path.exists() else []):
         args = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
-        for flag in (b"--worker-id", b"--controller-id"):
+        for flag in (b"--worker-id", b"--controller-id", b"--instance-id"):
             if flag in args:
                 found[int(child)] = args[args.index(flag) + 1].decode()
     return found

@@ -174,9 +174,9 @@ EXPECTED_DEFAULTS = {
     "refresh_groups_enabled": True,
     "refresh_groups_interval_s": 30.0,  # ours (MM2: 600)
     "sync_topic_configs_enabled": True,
-    "sync_topic_configs_interval_s": 600.0,
+    "sync_topic_configs_interval_s": 60.0,  # ours (MM2: 600)
     "sync_topic_acls_enabled": True,
-    "sync_topic_acls_interval_s": 600.0,
+    "sync_topic_acls_interval_s": 60.0,  # ours (MM2: 600)
     "emit_offset_syncs_enabled": True,
     "offset_syncs_topic_location": "source",
     "offset_syncs_topic_replication_factor": -1,  # ours (MM2: 3)
@@ -194,6 +194,8 @@ EXPECTED_DEFAULTS = {
     "offset_storage_replication_factor": -1,  # ours (MM2: 3)
     "offset_flush_interval_ms": 5000,  # ours (MM2: 60000)
     "admin_timeout_ms": 60000,
+    "sync_mode": "apply",  # ours (no MM2 equivalent)
+    "sync_topic_acls_mode": "mm2",  # ours (no MM2 equivalent)
     "source_cluster_alias": None,  # the flow's own alias goes into topic names
     "target_cluster_alias": None,
     "canary": CanarySettings(enabled=True, interval_ms=1000, latency_slo_ms=5000),  # ours
@@ -230,6 +232,8 @@ def test_default_overrides_table() -> None:
         "refresh.groups.interval.seconds": ("600", "30"),
         "emit.checkpoints.interval.seconds": ("60", "5"),
         "offset.flush.interval.ms": ("60000", "5000"),
+        "sync.topic.configs.interval.seconds": ("600", "60"),
+        "sync.topic.acls.interval.seconds": ("600", "60"),
     }
     for key, (mm2, ours, why) in MIRRORLINE_DEFAULT_OVERRIDES.items():
         assert MM2_DEFAULTS[key] == mm2

@@ -30,7 +30,8 @@ def test_run_ports_lists_every_listener_of_mirrorline_run() -> None:
     ports = run_ports(2, 1000)
     assert ports["controller gRPC"] == GRPC_PORTS["controller"] + 1000
     assert ports["replicator-1 metrics"] == METRICS_PORTS["replicator"] + 1001
-    assert len(ports) == 8 and len(set(ports.values())) == 8
+    assert ports["configsync gRPC"] == GRPC_PORTS["configsync"] + 1000
+    assert len(ports) == 10 and len(set(ports.values())) == 10
 
 
 def test_the_demo_moves_past_a_taken_port(listener: int,

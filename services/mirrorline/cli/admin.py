@@ -21,7 +21,8 @@ waits for the drain: its deadline is the larger of `--timeout` and the drain tim
 30 seconds (`call_deadline`).
 
 Commands: `flows list|get|create|update|pause|resume|delete|import`, `status`, `workers`,
-`offsets translate`, `failover plan|execute|to-time`, `failback plan|execute`.
+`offsets translate`, `failover plan|execute|to-time`, `failback plan|execute`, and
+`drift [apply|history]` (`mirrorline.cli.admin_drift`).
 """
 
 from __future__ import annotations
@@ -658,6 +659,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--topic", dest="topics", type=non_blank("topic"), action="append", metavar="TOPIC",
         help="with --scrape: scrape only this topic (repeatable; default: every topic of "
              "the flow)")
+
+    from mirrorline.cli import admin_drift  # its handlers call back into this module
+
+    admin_drift.register(admin_sub, common)
 
 
 def _min_interval(text: str) -> float:

@@ -1,5 +1,5 @@
-"""`mirrorline replicator|controller|checkpointer|heartbeat|run`: starting services from an MM2
-properties file."""
+"""`mirrorline replicator|controller|checkpointer|heartbeat|configsync|run`: starting
+services from an MM2 properties file."""
 
 from __future__ import annotations
 
@@ -105,6 +105,18 @@ def register(subparsers: Any) -> None:
     _ports(hb, "heartbeat")
     hb.set_defaults(handler=_heartbeat)
 
+    cfs = subparsers.add_parser("configsync",
+                                help="run the config-sync service (topic configs, partition "
+                                     "counts, ACLs, drift plans)")
+    _common(cfs)
+    cfs.add_argument("--managed", action="store_true",
+                     help="take flows from the controller's control log (default: every "
+                          "enabled flow of the file)")
+    cfs.add_argument("--instance-id", default="configsync",
+                     help="name of this instance (default %(default)s)")
+    _ports(cfs, "configsync")
+    cfs.set_defaults(handler=_configsync)
+
     run = subparsers.add_parser("run", help="start this deployment's services as processes")
     _common(run)
     run.add_argument("--workers", type=int, default=2, metavar="N",
@@ -185,7 +197,7 @@ def _heartbeat(args: argparse.Namespace) -> int:
     for noisy in ("faust", "mode"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING,
                                               logging.getLevelName(args.log_level.upper())))
-    settings = load_settings(args.config)
+    settings = load_settings(args.config, args.bind)
     if settings is None:
         return 2
     from mirrorline.heartbeat.service import HeartbeatService
@@ -202,6 +214,20 @@ def _heartbeat(args: argparse.Namespace) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+def _configsync(args: argparse.Namespace) -> int:
+    configure_logging("configsync", args.log_level)
+    settings = load_settings(args.config, args.bind)
+    if settings is None:
+        return 2
+    from mirrorline.configsync.service import ConfigSyncService
+
+    return _serve(lambda: ConfigSyncService(
+        settings, instance_id=args.instance_id, targets=args.clusters,
+        grpc_host=args.bind, grpc_port=args.grpc_port, metrics_host=args.bind,
+        metrics_port=None if args.metrics_port < 0 else args.metrics_port,
+        managed=args.managed, advertise=args.advertise))
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -240,4 +266,7 @@ def _run(args: argparse.Namespace) -> int:
     children.append(ChildSpec("heartbeat", ("heartbeat", "--managed", *common,
                                              *ports("heartbeat"),
                                              "--instance-id", "heartbeat-0")))
+    children.append(ChildSpec("configsync", ("configsync", "--managed", *common,
+                                              *ports("configsync"),
+                                              "--instance-id", "configsync-0")))
     return asyncio.run(Supervisor(children).run())

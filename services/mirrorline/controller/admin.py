@@ -18,6 +18,7 @@ import grpc
 from mirrorline.controller import status
 from mirrorline.controller.audit import MAX_HISTORY, history
 from mirrorline.controller.discovery import Discoveries
+from mirrorline.controller.drift import DriftAdmin
 from mirrorline.controller.failback import Failback, FailbackError, ScrapeRefused, confirmation
 from mirrorline.controller.workers import WorkerRegistry
 from mirrorline.core.control import ControlState, FlowRecord, Outcome
@@ -61,7 +62,7 @@ class ControllerContext(Protocol):
     async def append(self, record: control_pb2.ControlRecord) -> tuple[int, Outcome]: ...
 
 
-class AdminServicer(admin_pb2_grpc.AdminServicer):
+class AdminServicer(DriftAdmin, admin_pb2_grpc.AdminServicer):
     def __init__(self, controller: ControllerContext) -> None:
         self._c = controller
 

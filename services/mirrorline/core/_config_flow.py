@@ -170,6 +170,11 @@ class FlowBuilder:
                 interval_ms=self.get("canary.interval.ms", values.parse_positive),
                 latency_slo_ms=self.get("canary.latency.slo.ms", values.parse_positive)),
             audit=self._audit(),
+            sync_mode="plan" if self.get("sync.mode", values.parse_sync_mode) == "plan"
+            else "apply",
+            sync_topic_acls_mode="full" if self.get("sync.topic.acls.mode",
+                                                    values.parse_acls_mode) == "full"
+            else "mm2",
         )
         if flow.enabled:
             self._check_enabled(flow)

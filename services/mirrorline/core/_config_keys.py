@@ -90,6 +90,11 @@ MIRRORLINE_DEFAULT_OVERRIDES: Final[dict[str, tuple[str, str, str]]] = {
                                           "a few seconds behind, so a failover replays less"),
     "offset.flush.interval.ms": ("60000", "5000", "offset syncs and progress are flushed "
                                  "often, so a restart or failover replays less"),
+    "sync.topic.configs.interval.seconds": ("600", "60", "a config changed on either side "
+                                            "shows up as drift (and is reverted) within a "
+                                            "minute; one round costs two DescribeConfigs"),
+    "sync.topic.acls.interval.seconds": ("600", "60", "ACL changes reach the target within a "
+                                         "minute; one round costs two DescribeAcls"),
 }
 
 #: Keys of Mirrorline's heartbeat service (canary and audit), which MM2 lacks. They are
@@ -103,11 +108,21 @@ HEARTBEAT_SERVICE_DEFAULTS: Final[Mapping[str, str]] = MappingProxyType({
     "audit.grace.ms": "10000",
 })
 
+#: Mirrorline's own flow-level keys (no MM2 equivalent), with their defaults. They resolve
+#: like MM2's flow keys: `<source>-><target>.<key>`, then the top level.
+MIRRORLINE_FLOW_DEFAULTS: Final[Mapping[str, str]] = MappingProxyType({
+    # apply: the config-sync service changes the target; plan: it only reports drift.
+    "sync.mode": "apply",
+    # mm2: MM2's ACL rules; full: also prefixed and group ACLs, and removal of ACLs it made.
+    "sync.topic.acls.mode": "mm2",
+})
+
 #: The defaults Mirrorline applies: MM2's, with the overrides above.
 DEFAULTS: Final[Mapping[str, str]] = MappingProxyType({
     **MM2_DEFAULTS,
     **HEARTBEAT_SERVICE_DEFAULTS,
     **{key: ours for key, (_mm2, ours, _why) in MIRRORLINE_DEFAULT_OVERRIDES.items()},
+    **MIRRORLINE_FLOW_DEFAULTS,
 })
 
 #: Mirrorline's own settings live under `mirrorline.`; an unknown `mirrorline.*` key (a typo)
@@ -129,7 +144,8 @@ MIRRORLINE_KEYS: Final[frozenset[str]] = frozenset({
 WORKER_KEYS: Final = frozenset({"offset.storage.replication.factor", "offset.flush.interval.ms"})
 
 #: Flow-level (connector) keys with an effect: everything defaulted above except worker keys.
-FLOW_KEYS: Final = (frozenset(MM2_DEFAULTS) | frozenset(HEARTBEAT_SERVICE_DEFAULTS)) - WORKER_KEYS
+FLOW_KEYS: Final = ((frozenset(MM2_DEFAULTS) - WORKER_KEYS) | frozenset(MIRRORLINE_FLOW_DEFAULTS)
+             | frozenset(HEARTBEAT_SERVICE_DEFAULTS))
 
 #: MM2's deprecated filter keys (KIP-629) -> the key that replaced them. MM2 still reads them
 #: when the new key is absent anywhere in the flow's properties; the new key wins otherwise.

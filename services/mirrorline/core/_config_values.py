@@ -112,6 +112,8 @@ def _choice(*allowed: str) -> Callable[[str], str]:
 
 parse_location = _choice("source", "target")
 parse_use_defaults_from = _choice("source", "target")
+parse_sync_mode = _choice("apply", "plan")
+parse_acls_mode = _choice("mm2", "full")
 
 
 def parse_security_protocol(value: str) -> str:
@@ -166,6 +168,8 @@ def alias_problem(alias: str) -> str | None:
 EXACT: Final[dict[str, Callable[[str], object]]] = {
     "offset-syncs.topic.location": parse_location,
     "use.defaults.from": parse_use_defaults_from,
+    "sync.mode": parse_sync_mode,
+    "sync.topic.acls.mode": parse_acls_mode,
     "replication.policy.class": parse_policy_class,
     "replication.policy.separator": parse_separator,
     "offset.lag.max": parse_non_negative,

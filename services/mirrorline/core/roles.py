@@ -51,6 +51,8 @@ METHOD_ROLES: Final[Mapping[str, Role]] = MappingProxyType({
     _ADMIN + "Topology": _V,
     _ADMIN + "Canary": _V,
     _ADMIN + "Audit": _V,
+    _ADMIN + "GetDrift": _V,
+    _ADMIN + "GetDriftHistory": _V,
     _ADMIN + "CreateFlow": _O,
     _ADMIN + "UpdateFlow": _O,
     _ADMIN + "PauseFlow": _O,
@@ -59,6 +61,8 @@ METHOD_ROLES: Final[Mapping[str, Role]] = MappingProxyType({
     _ADMIN + "ExecuteFailover": _O,
     _ADMIN + "FailoverToTime": _O,
     _ADMIN + "History": _O,
+    # Changes topic configs, partitions and ACLs on the target, as a sync round would.
+    _ADMIN + "ApplyDrift": _O,
     _ADMIN + "DeleteFlow": _A,
     # Scrape (inside ExecuteFailback) deletes data; failing back is the admin's decision.
     _ADMIN + "ExecuteFailback": _A,
@@ -73,12 +77,17 @@ METHOD_ROLES: Final[Mapping[str, Role]] = MappingProxyType({
     "/mirrorline.v1.Heartbeat/Topology": _S,
     "/mirrorline.v1.Heartbeat/Canary": _S,
     "/mirrorline.v1.Heartbeat/Audit": _S,
+    "/mirrorline.v1.ConfigSync/GetDrift": _S,
+    "/mirrorline.v1.ConfigSync/ApplyDrift": _S,
+    "/mirrorline.v1.ConfigSync/GetDriftHistory": _S,
+    "/mirrorline.v1.ConfigSync/GetSyncStatus": _S,
 })
 
 #: Admin methods that change state: each call is recorded in the audit trail.
 MUTATING: Final = frozenset({
     _ADMIN + m for m in ("CreateFlow", "UpdateFlow", "PauseFlow", "ResumeFlow", "DeleteFlow",
-                         "ImportFlows", "ExecuteFailover", "FailoverToTime", "ExecuteFailback")
+                         "ImportFlows", "ExecuteFailover", "FailoverToTime", "ExecuteFailback",
+                         "ApplyDrift")
 })
 
 #: Open to every caller, authenticated or not: probes must work without credentials.

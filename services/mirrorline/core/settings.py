@@ -112,6 +112,11 @@ class FlowSettings:
     #: Every effective property of this flow (top-level overlaid by `source->target.`),
     #: for components that want the raw view (e.g. error messages).
     properties: Mapping[str, str] = field(default_factory=dict)
+    #: `sync.mode`: "apply" lets the config-sync service change the target, "plan" only
+    #: reports drift until an operator applies it.
+    sync_mode: Literal["apply", "plan"] = "apply"
+    #: `sync.topic.acls.mode`: "mm2" (MM2's rules) or "full" (see the README).
+    sync_topic_acls_mode: Literal["mm2", "full"] = "mm2"
     #: Upper bound for each admin-client call (MM2's `admin.timeout.ms`, default 60000).
     admin_timeout_ms: int = 60000
     #: MM2's `source.cluster.alias` / `target.cluster.alias` when the file sets them (top level

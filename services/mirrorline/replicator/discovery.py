@@ -2,9 +2,10 @@
 
 Runs at start and every `refresh.topics.interval.seconds`. New remote topics get the
 source's partition count and its non-excluded, non-default configs (MM2's creation
-rule). A remote topic with fewer partitions than its source is grown; a target that
-cannot grow topics is reported per topic, and the partitions it lacks are listed as
-not replicated instead of failing the flow.
+rule). Everything after creation -- config sync and partition growth -- belongs to the
+config-sync service (`mirrorline.configsync`), one owner for each change. A remote topic
+with fewer partitions than its source is replicated for the partitions both have, and the
+rest are reported as not replicated until the config-sync service has grown it.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from mirrorline.core.filters import (
 )
 from mirrorline.core.policy import ReplicationPolicy
 from mirrorline.core.settings import FlowSettings
-from mirrorline.kafka.admin import ClusterAdmin, TopicSpec, UnsupportedByBroker
+from mirrorline.kafka.admin import ClusterAdmin, TopicSpec
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +75,10 @@ class TopicDiscovery:
                 continue
             have = existing[name]
             if have < count:
-                have = await self._grow(topic, name, have, count, result)
+                result.problems[topic] = (
+                    f"source topic has {count} partitions but remote topic {name!r} has "
+                    f"{have}: partitions {have}..{count - 1} are not replicated until the "
+                    "config-sync service grows it")
             result.topics[topic] = RemoteTopic(name, min(have, count))
         return result
 
@@ -101,15 +105,3 @@ class TopicDiscovery:
             else:
                 log.info("%s: created remote topic %s (%d partitions)", self.flow.name,
                          remote[topic], counts[topic])
-
-    async def _grow(self, topic: str, name: str, have: int, want: int,
-                    result: DiscoveryResult) -> int:
-        try:
-            await self._target.create_partitions(name, want)
-        except (UnsupportedByBroker, RuntimeError) as exc:
-            result.problems[topic] = (
-                f"source topic has {want} partitions but remote topic {name!r} has {have}: "
-                f"{exc}; partitions {have}..{want - 1} are not replicated")
-            return have
-        log.info("%s: grew %s from %d to %d partitions", self.flow.name, name, have, want)
-        return want

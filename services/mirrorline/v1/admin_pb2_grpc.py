@@ -5,6 +5,7 @@ import warnings
 
 from mirrorline.v1 import admin_pb2 as mirrorline_dot_v1_dot_admin__pb2
 from mirrorline.v1 import audit_pb2 as mirrorline_dot_v1_dot_audit__pb2
+from mirrorline.v1 import drift_pb2 as mirrorline_dot_v1_dot_drift__pb2
 from mirrorline.v1 import failover_pb2 as mirrorline_dot_v1_dot_failover__pb2
 from mirrorline.v1 import heartbeat_pb2 as mirrorline_dot_v1_dot_heartbeat__pb2
 
@@ -141,6 +142,21 @@ class AdminStub:
                 '/mirrorline.v1.Admin/Audit',
                 request_serializer=mirrorline_dot_v1_dot_heartbeat__pb2.AuditRequest.SerializeToString,
                 response_deserializer=mirrorline_dot_v1_dot_heartbeat__pb2.AuditReport.FromString,
+                _registered_method=True)
+        self.GetDrift = channel.unary_unary(
+                '/mirrorline.v1.Admin/GetDrift',
+                request_serializer=mirrorline_dot_v1_dot_drift__pb2.DriftRequest.SerializeToString,
+                response_deserializer=mirrorline_dot_v1_dot_drift__pb2.DriftPlan.FromString,
+                _registered_method=True)
+        self.ApplyDrift = channel.unary_unary(
+                '/mirrorline.v1.Admin/ApplyDrift',
+                request_serializer=mirrorline_dot_v1_dot_drift__pb2.ApplyDriftRequest.SerializeToString,
+                response_deserializer=mirrorline_dot_v1_dot_drift__pb2.ApplyDriftResult.FromString,
+                _registered_method=True)
+        self.GetDriftHistory = channel.unary_unary(
+                '/mirrorline.v1.Admin/GetDriftHistory',
+                request_serializer=mirrorline_dot_v1_dot_drift__pb2.DriftHistoryRequest.SerializeToString,
+                response_deserializer=mirrorline_dot_v1_dot_drift__pb2.DriftHistory.FromString,
                 _registered_method=True)
 
 
@@ -281,6 +297,26 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetDrift(self, request, context):
+        """Topic configs, partitions and ACLs (see drift.proto); forwarded to the config-sync
+        service.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ApplyDrift(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetDriftHistory(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -388,6 +424,21 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.Audit,
                     request_deserializer=mirrorline_dot_v1_dot_heartbeat__pb2.AuditRequest.FromString,
                     response_serializer=mirrorline_dot_v1_dot_heartbeat__pb2.AuditReport.SerializeToString,
+            ),
+            'GetDrift': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetDrift,
+                    request_deserializer=mirrorline_dot_v1_dot_drift__pb2.DriftRequest.FromString,
+                    response_serializer=mirrorline_dot_v1_dot_drift__pb2.DriftPlan.SerializeToString,
+            ),
+            'ApplyDrift': grpc.unary_unary_rpc_method_handler(
+                    servicer.ApplyDrift,
+                    request_deserializer=mirrorline_dot_v1_dot_drift__pb2.ApplyDriftRequest.FromString,
+                    response_serializer=mirrorline_dot_v1_dot_drift__pb2.ApplyDriftResult.SerializeToString,
+            ),
+            'GetDriftHistory': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetDriftHistory,
+                    request_deserializer=mirrorline_dot_v1_dot_drift__pb2.DriftHistoryRequest.FromString,
+                    response_serializer=mirrorline_dot_v1_dot_drift__pb2.DriftHistory.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -957,6 +1008,87 @@ class Admin:
             '/mirrorline.v1.Admin/Audit',
             mirrorline_dot_v1_dot_heartbeat__pb2.AuditRequest.SerializeToString,
             mirrorline_dot_v1_dot_heartbeat__pb2.AuditReport.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetDrift(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mirrorline.v1.Admin/GetDrift',
+            mirrorline_dot_v1_dot_drift__pb2.DriftRequest.SerializeToString,
+            mirrorline_dot_v1_dot_drift__pb2.DriftPlan.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ApplyDrift(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mirrorline.v1.Admin/ApplyDrift',
+            mirrorline_dot_v1_dot_drift__pb2.ApplyDriftRequest.SerializeToString,
+            mirrorline_dot_v1_dot_drift__pb2.ApplyDriftResult.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetDriftHistory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mirrorline.v1.Admin/GetDriftHistory',
+            mirrorline_dot_v1_dot_drift__pb2.DriftHistoryRequest.SerializeToString,
+            mirrorline_dot_v1_dot_drift__pb2.DriftHistory.FromString,
             options,
             channel_credentials,
             insecure,

@@ -11,6 +11,7 @@ from collections import abc as _abc
 from grpc import aio as _aio
 from mirrorline.v1 import admin_pb2 as _admin_pb2
 from mirrorline.v1 import audit_pb2 as _audit_pb2
+from mirrorline.v1 import drift_pb2 as _drift_pb2
 from mirrorline.v1 import failover_pb2 as _failover_pb2
 from mirrorline.v1 import heartbeat_pb2 as _heartbeat_pb2
 import abc as _abc_1
@@ -67,6 +68,12 @@ class AdminStub:
     """Heartbeats, canary and audit: served by the heartbeat service (the controller forwards)."""
     Canary: _grpc.UnaryUnaryMultiCallable[_heartbeat_pb2.CanaryRequest, _heartbeat_pb2.CanaryReport]
     Audit: _grpc.UnaryUnaryMultiCallable[_heartbeat_pb2.AuditRequest, _heartbeat_pb2.AuditReport]
+    GetDrift: _grpc.UnaryUnaryMultiCallable[_drift_pb2.DriftRequest, _drift_pb2.DriftPlan]
+    """Topic configs, partitions and ACLs (see drift.proto); forwarded to the config-sync
+    service.
+    """
+    ApplyDrift: _grpc.UnaryUnaryMultiCallable[_drift_pb2.ApplyDriftRequest, _drift_pb2.ApplyDriftResult]
+    GetDriftHistory: _grpc.UnaryUnaryMultiCallable[_drift_pb2.DriftHistoryRequest, _drift_pb2.DriftHistory]
 
 @_typing.type_check_only
 class AdminAsyncStub(AdminStub):
@@ -100,6 +107,12 @@ class AdminAsyncStub(AdminStub):
     """Heartbeats, canary and audit: served by the heartbeat service (the controller forwards)."""
     Canary: _aio.UnaryUnaryMultiCallable[_heartbeat_pb2.CanaryRequest, _heartbeat_pb2.CanaryReport]  # type: ignore[assignment]
     Audit: _aio.UnaryUnaryMultiCallable[_heartbeat_pb2.AuditRequest, _heartbeat_pb2.AuditReport]  # type: ignore[assignment]
+    GetDrift: _aio.UnaryUnaryMultiCallable[_drift_pb2.DriftRequest, _drift_pb2.DriftPlan]  # type: ignore[assignment]
+    """Topic configs, partitions and ACLs (see drift.proto); forwarded to the config-sync
+    service.
+    """
+    ApplyDrift: _aio.UnaryUnaryMultiCallable[_drift_pb2.ApplyDriftRequest, _drift_pb2.ApplyDriftResult]  # type: ignore[assignment]
+    GetDriftHistory: _aio.UnaryUnaryMultiCallable[_drift_pb2.DriftHistoryRequest, _drift_pb2.DriftHistory]  # type: ignore[assignment]
 
 class AdminServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -256,5 +269,29 @@ class AdminServicer(metaclass=_abc_1.ABCMeta):
         request: _heartbeat_pb2.AuditRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_heartbeat_pb2.AuditReport, _abc.Awaitable[_heartbeat_pb2.AuditReport]]: ...
+
+    @_abc_1.abstractmethod
+    def GetDrift(
+        self,
+        request: _drift_pb2.DriftRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_drift_pb2.DriftPlan, _abc.Awaitable[_drift_pb2.DriftPlan]]:
+        """Topic configs, partitions and ACLs (see drift.proto); forwarded to the config-sync
+        service.
+        """
+
+    @_abc_1.abstractmethod
+    def ApplyDrift(
+        self,
+        request: _drift_pb2.ApplyDriftRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_drift_pb2.ApplyDriftResult, _abc.Awaitable[_drift_pb2.ApplyDriftResult]]: ...
+
+    @_abc_1.abstractmethod
+    def GetDriftHistory(
+        self,
+        request: _drift_pb2.DriftHistoryRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_drift_pb2.DriftHistory, _abc.Awaitable[_drift_pb2.DriftHistory]]: ...
 
 def add_AdminServicer_to_server(servicer: AdminServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

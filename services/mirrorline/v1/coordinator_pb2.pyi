@@ -27,7 +27,7 @@ class ServiceAnnouncement(_message.Message):
     INSTANCE_ID_FIELD_NUMBER: _builtins.int
     ADDRESS_FIELD_NUMBER: _builtins.int
     service: _builtins.str
-    """"checkpointer" """
+    """"checkpointer", "configsync" """
     instance_id: _builtins.str
     address: _builtins.str
     """its gRPC address"""

@@ -1,0 +1,1 @@
+"""The config-sync service: topic configs, partition counts and ACLs kept in step."""
