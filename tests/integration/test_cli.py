@@ -85,7 +85,7 @@ async def test_run_restarts_a_crashed_service_and_stops_everything_on_sigterm(
 
         first = children(run.pid)
         assert sorted(first.values()) == ["checkpointer-0", "configsync-0", "controller-0",
-                                          "replicator-0", "replicator-1"]
+                                          "heartbeat-0", "replicator-0", "replicator-1"]
         victim = next(pid for pid, role in first.items() if role == "replicator-0")
         os.kill(victim, signal.SIGKILL)
 
