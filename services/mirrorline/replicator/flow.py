@@ -43,6 +43,7 @@ from mirrorline.replicator.flow_status import partition_views
 from mirrorline.replicator.pump import Delivered, PartitionPump, PumpState
 from mirrorline.replicator.sending import abort_sends, reopen_producer
 from mirrorline.replicator.source_faults import out_of_range, truncated
+from mirrorline.telemetry.links import link_records
 from mirrorline.telemetry.replication import PartitionMetrics, ReplicationMetrics
 from mirrorline.v1 import flows_pb2
 
@@ -409,6 +410,7 @@ class FlowReplicator:
             "messaging.destination.partition.id": str(pump.partition),
             "messaging.batch.message_count": len(records),
             "mirrorline.source.offset": records[0].offset, "mirrorline.target.offset": base})
+        link_records(span, records)
         span.end()
 
     def _lag(self, tp: TopicPartition, pump: PartitionPump) -> int | None:
