@@ -70,7 +70,11 @@ async def test_run_restarts_a_crashed_service_and_stops_everything_on_sigterm(
     config = tmp_path / "mm2.properties"
     config.write_text(mm2_config({"primary": primary, "backup": backup},
                                  {"primary->backup": {"topics": topic}}, nonsense_key="1",
-                                 mirrorline_deployment=unique))
+                                 mirrorline_deployment=unique,
+                                 # The heartbeat service `run` starts writes fixed-name
+                                 # topics; keep them off the clusters other tests share.
+                                 emit_heartbeats_enabled="false", canary_enabled="false",
+                                 audit_enabled="false"))
     log = (tmp_path / "run.log").open("wb")
     run = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "mirrorline", "run", "--config", str(config), "--workers", "2",
@@ -81,7 +85,7 @@ async def test_run_restarts_a_crashed_service_and_stops_everything_on_sigterm(
 
         first = children(run.pid)
         assert sorted(first.values()) == ["checkpointer-0", "configsync-0", "controller-0",
-                                          "replicator-0", "replicator-1"]
+                                          "heartbeat-0", "replicator-0", "replicator-1"]
         victim = next(pid for pid, role in first.items() if role == "replicator-0")
         os.kill(victim, signal.SIGKILL)
 

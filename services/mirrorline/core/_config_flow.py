@@ -20,7 +20,14 @@ from mirrorline.core.exactly_once import exactly_once_request
 from mirrorline.core.filters import parse_list
 from mirrorline.core.offload import OffloadSettings
 from mirrorline.core.properties import Property
-from mirrorline.core.settings import ClientSettings, ConfigWarning, FlowSettings, PolicySettings
+from mirrorline.core.settings import (
+    AuditSettings,
+    CanarySettings,
+    ClientSettings,
+    ConfigWarning,
+    FlowSettings,
+    PolicySettings,
+)
 
 __all__ = ["NEW_TO_DEPRECATED", "FlowBuilder", "LoaderView"]
 
@@ -162,6 +169,11 @@ class FlowBuilder:
             admin_timeout_ms=self.get("admin.timeout.ms", values.parse_non_negative),
             source_cluster_alias=self.naming_alias("source.cluster.alias"),
             target_cluster_alias=self.naming_alias("target.cluster.alias"),
+            canary=CanarySettings(
+                enabled=self.flag("canary.enabled"),
+                interval_ms=self.get("canary.interval.ms", values.parse_positive),
+                latency_slo_ms=self.get("canary.latency.slo.ms", values.parse_positive)),
+            audit=self._audit(),
             sync_mode="plan" if self.get("sync.mode", values.parse_sync_mode) == "plan"
             else "apply",
             sync_topic_acls_mode="full" if self.get("sync.topic.acls.mode",
@@ -221,6 +233,19 @@ class FlowBuilder:
                 raise ConfigError("mirrorline.spark.reclaim.lag.records", message)
             raise self.loader.error(entry, entry.key, message)
         return settings
+    def _audit(self) -> AuditSettings:
+        """`audit.*`, checked against the canary interval: a window shorter than one canary
+        interval could close without a single probe in it."""
+        window = self.get("audit.window.ms", values.parse_positive)
+        interval = self.get("canary.interval.ms", values.parse_positive)
+        if window < interval:
+            entry = self.entry("audit.window.ms") or self.entry("canary.interval.ms")
+            raise self.loader.error(entry, "audit.window.ms", (
+                f"is {window} ms for {self.source}->{self.target}, shorter than "
+                f"canary.interval.ms ({interval} ms): a window must span at least one canary "
+                "interval"))
+        return AuditSettings(enabled=self.flag("audit.enabled"), window_ms=window,
+                             grace_ms=self.get("audit.grace.ms", values.parse_non_negative))
 
     def _check_enabled(self, flow: FlowSettings) -> None:
         """Rules MM2 applies when it validates the connectors of an enabled flow."""

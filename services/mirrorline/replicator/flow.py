@@ -49,6 +49,7 @@ from mirrorline.replicator.transactional import (
     TransactionalDelivery,
     committed_progress,
 )
+from mirrorline.telemetry.links import link_records
 from mirrorline.telemetry.replication import PartitionMetrics, ReplicationMetrics
 from mirrorline.v1 import flows_pb2
 
@@ -456,6 +457,7 @@ class FlowReplicator:
             "messaging.destination.partition.id": str(pump.partition),
             "messaging.batch.message_count": len(records),
             "mirrorline.source.offset": records[0].offset, "mirrorline.target.offset": base})
+        link_records(span, records)
         span.end()
 
     def _lag(self, tp: TopicPartition, pump: PartitionPump) -> int | None:
