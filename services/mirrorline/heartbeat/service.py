@@ -21,7 +21,7 @@ from typing import Any
 from opentelemetry import trace
 
 from mirrorline.controlplane.announce import announce_forever
-from mirrorline.controlplane.home import control_topics, home_clients, home_cluster
+from mirrorline.controlplane.join import open_control_log
 from mirrorline.controlplane.log import ControlLog
 from mirrorline.core.backoff import Backoff
 from mirrorline.core.canary import FlowCanary
@@ -92,6 +92,8 @@ class HeartbeatService:
         self.audit_errors: dict[str, str] = {}
         self.verdicts = VerdictStore()
         self._control: ControlLog | None = None
+        #: Why the control log cannot be read (managed mode; None once it is).
+        self._home_error: str | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._changed = asyncio.Event()
 
@@ -138,10 +140,6 @@ class HeartbeatService:
         for flow in list(self.flows.values()):
             await self._add_flow(flow)
         if self._managed:
-            home = home_cluster(self.settings, self._targets)
-            consumer, _, _ = home_clients(self.settings, home, f"heartbeat-{self.instance_id}")
-            self._control = ControlLog(consumer_kwargs=consumer,
-                                       topic=control_topics(self.settings)[0])
             self._tasks.append(asyncio.create_task(self._announce(address), name="announce"))
         self._tasks.append(asyncio.create_task(self._health(), name="health"))
         log.info("heartbeat %s: gRPC %s; %d heartbeat pairs, %d flows with canary, %d "
@@ -275,16 +273,9 @@ class HeartbeatService:
         self.verdicts.add(key, dict(value))
 
     async def _announce(self, address: str) -> None:
-        assert self._control is not None
-        backoff, attempt = Backoff(maximum=10.0), 0
-        while True:
-            try:
-                await self._control.start()
-                break
-            except Exception as exc:
-                log.warning("cannot read the control log (%r); retrying", exc)
-                await asyncio.sleep(backoff.delay(attempt))
-                attempt += 1
+        self._control = await open_control_log(self.settings, self._targets,
+                                               f"heartbeat-{self.instance_id}",
+                                               report=self._set_home_error)
         self._control.listen(lambda *_: self._changed.set())
         self._tasks.append(asyncio.create_task(self._follow(), name="follow control log"))
         await announce_forever(self._control, "heartbeat", self.instance_id, address)
@@ -337,9 +328,13 @@ class HeartbeatService:
             await self._grpc.set_serving(not errors)
             await asyncio.sleep(1.0)
 
+    def _set_home_error(self, reason: str | None) -> None:
+        self._home_error = reason
+
     def errors(self) -> list[str]:
         """Why the service cannot do all of its work now (empty: it can)."""
-        found = [e.error for e in self.emitters if e.error]
+        found = [self._home_error] if self._home_error else []
+        found += [e.error for e in self.emitters if e.error]
         found += [w.error for w in self.watchers.values() if w.error and w.error != "not read yet"]
         found += [s.error for s in self.senders.values() if s.error]
         found += [r.error for r in self.canary_readers.values() if r.error]
