@@ -33,12 +33,12 @@ from mirrorline.core.tail_match import Verdict
 from mirrorline.kafka.acked import FlowBookkeeping
 from mirrorline.kafka.admin import ClusterAdmin
 from mirrorline.kafka.causes import explain
+from mirrorline.kafka.discovery import DiscoveryResult, RemoteTopic, TopicDiscovery
 from mirrorline.kafka.flowclients import FlowClients
 from mirrorline.kafka.progress import ProgressStore
 from mirrorline.kafka.starts import Start, StartPlanner
 from mirrorline.replicator.checker import TargetChecker
 from mirrorline.replicator.delivery import DeliveryLoop
-from mirrorline.replicator.discovery import DiscoveryResult, RemoteTopic, TopicDiscovery
 from mirrorline.replicator.exactly_once import check_exactly_once
 from mirrorline.replicator.flow_status import partition_views
 from mirrorline.replicator.pump import Delivered, PartitionPump, PumpState
