@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from helpers import Record, consume_all, create_topic, produce, wait_for
-from procs import mm2_config
+from procs import QUIET_SHARED_CLUSTERS, mm2_config
 
 from mirrorline.dev.brokers import LocalBroker, is_alive
 
@@ -70,11 +70,7 @@ async def test_run_restarts_a_crashed_service_and_stops_everything_on_sigterm(
     config = tmp_path / "mm2.properties"
     config.write_text(mm2_config({"primary": primary, "backup": backup},
                                  {"primary->backup": {"topics": topic}}, nonsense_key="1",
-                                 mirrorline_deployment=unique,
-                                 # The heartbeat service `run` starts writes fixed-name
-                                 # topics; keep them off the clusters other tests share.
-                                 emit_heartbeats_enabled="false", canary_enabled="false",
-                                 audit_enabled="false"))
+                                 mirrorline_deployment=unique, **QUIET_SHARED_CLUSTERS))
     log = (tmp_path / "run.log").open("wb")
     run = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "mirrorline", "run", "--config", str(config), "--workers", "2",
