@@ -19,7 +19,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import kcat, mirrorline_replicator, raw_aiokafka, spark_executor
+from bench import audit, kcat, mirrorline_replicator, raw_aiokafka, spark_executor
 from bench.common import (
     BenchEnv,
     Contender,
@@ -127,6 +127,12 @@ async def run_once(
         print(f"  {name}: {seconds:.2f}s, {scenario.records / seconds:,.0f} records/s{start}",
               flush=True)
         startups.setdefault(name, []).extend(env.startup[-1:])
+        if name == "mirrorline":
+            per_core, per_wall = await audit.run(env)
+            AUDIT_RATES.setdefault(scenario, []).append(per_core)
+            print(f"  audit: {per_core:,.0f} records/s verified per core ({per_wall:,.0f}/s "
+                  f"wall), {per_core / (scenario.records / seconds):.2f}x the replicator's "
+                  "rate", flush=True)
         return seconds
     finally:
         await asyncio.gather(delete_topics(source.bootstrap, [topic]),
@@ -178,6 +184,20 @@ async def bench(args: argparse.Namespace) -> list[Result]:
     return results
 
 
+#: Audit verification rates (records per CPU second) per scenario, from the mirrorline runs.
+AUDIT_RATES: dict[Scenario, list[float]] = {}
+
+
+def print_audit(results: list[Result]) -> None:
+    for scenario, rates in AUDIT_RATES.items():
+        replicator = next((r for r in results if r.scenario == scenario
+                           and r.contender == "mirrorline"), None)
+        rate = statistics.median(rates)
+        versus = (f", {rate / replicator.records_per_s:.2f}x the replicator's "
+                  f"{replicator.records_per_s:,.0f} records/s" if replicator else "")
+        print(f"audit {scenario.label}: {rate:,.0f} records/s verified per core{versus}")
+
+
 def print_table(results: list[Result]) -> None:
     names = list(dict.fromkeys(r.contender for r in results))
     header = ["scenario", "contender", "records/s", "MB/s", "seconds",
@@ -214,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         print("no contender ran", file=sys.stderr)
         return 1
     print_table(results)
+    print_audit(results)
     return 0
 
 

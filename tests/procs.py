@@ -32,6 +32,14 @@ def free_port() -> int:
         return port
 
 
+#: Top-level keys for a `mirrorline run` on the session's shared clusters: its heartbeat
+#: service would otherwise write fixed-name topics (`heartbeats` on every cluster of the
+#: file, `mirrorline-canary`) that every other test's flows then mirror, heartbeats and
+#: canaries bypassing topic filters.
+QUIET_SHARED_CLUSTERS: Mapping[str, str] = {
+    "emit_heartbeats_enabled": "false", "canary_enabled": "false", "audit_enabled": "false"}
+
+
 def mm2_config(clusters: Mapping[str, LocalBroker | str], flows: Mapping[str, Mapping[str, str]],
                **top: str) -> str:
     """An MM2 properties file: `flows` maps "a->b" to that flow's keys (enabled is implied)."""

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from helpers import Record, consume_all, create_topic, produce, wait_for
-from procs import mm2_config
+from procs import QUIET_SHARED_CLUSTERS, mm2_config
 
 from mirrorline.dev.brokers import LocalBroker, is_alive
 
@@ -70,7 +70,7 @@ async def test_run_restarts_a_crashed_service_and_stops_everything_on_sigterm(
     config = tmp_path / "mm2.properties"
     config.write_text(mm2_config({"primary": primary, "backup": backup},
                                  {"primary->backup": {"topics": topic}}, nonsense_key="1",
-                                 mirrorline_deployment=unique))
+                                 mirrorline_deployment=unique, **QUIET_SHARED_CLUSTERS))
     log = (tmp_path / "run.log").open("wb")
     run = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "mirrorline", "run", "--config", str(config), "--workers", "2",
@@ -81,7 +81,7 @@ async def test_run_restarts_a_crashed_service_and_stops_everything_on_sigterm(
 
         first = children(run.pid)
         assert sorted(first.values()) == ["checkpointer-0", "configsync-0", "controller-0",
-                                          "replicator-0", "replicator-1"]
+                                          "heartbeat-0", "replicator-0", "replicator-1"]
         victim = next(pid for pid, role in first.items() if role == "replicator-0")
         os.kill(victim, signal.SIGKILL)
 

@@ -170,6 +170,13 @@ async def test_plan_mode_reports_and_drift_apply_fixes_it_through_the_admin_api(
                 return again.last_sync_ms > seen
             await wait_for(another_round, 30, "no further sync round ran")
             assert (await overrides(backup, remote)).get("retention.ms") == "4242"
+            # The drift is an event in the flow's history: once, not once per round.
+            recorded = await stub.GetDriftHistory(drift_pb2.DriftHistoryRequest(flow=flow),
+                                                  timeout=30)
+            events = [e for e in recorded.entries
+                      if e.kind == "drift" and f"{remote} retention.ms" in e.detail]
+            assert len(events) == 1, recorded
+            assert "target 4242 -> delete" in events[0].detail
 
             cli = [sys.executable, "-m", "mirrorline", "admin", "--server",
                    f"127.0.0.1:{controller.grpc_port}", "drift"]
@@ -183,6 +190,7 @@ async def test_plan_mode_reports_and_drift_apply_fixes_it_through_the_admin_api(
             history = await _run([*cli, "history", flow])
             assert history[0] == 0, history
             assert "operator" in history[1] and f"{remote} retention.ms" in history[1]
+            assert "drift" in history[1] and "difference(s) detected" in history[1]
         finally:
             await sync.close()
 

@@ -21,7 +21,14 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaProducer
 from helpers import consume_all, create_topic, wait_for
-from procs import deployment, deployment_config, free_port, mm2_config, replicator
+from procs import (
+    QUIET_SHARED_CLUSTERS,
+    deployment,
+    deployment_config,
+    free_port,
+    mm2_config,
+    replicator,
+)
 
 from mirrorline.core.progress import encode_offset, progress_topic, source_offset_key
 from mirrorline.dev.brokers import LocalBroker, start_broker, stop_broker_async
@@ -268,7 +275,8 @@ async def test_sigkill_of_the_whole_run_mid_burst_copies_nothing_twice(
     config.write_text(mm2_config(
         {"primary": primary, "backup": backup}, {"primary->backup": {
             "topics": topic, "refresh.topics.interval.seconds": "1"}},
-        backup_producer_batch_size=str(BATCH_BYTES), mirrorline_deployment=unique))
+        backup_producer_batch_size=str(BATCH_BYTES), mirrorline_deployment=unique,
+        **QUIET_SHARED_CLUSTERS))
     # `run` listens on 7100..9750 + offset: below the ephemeral port range (where other
     # processes' connections live) and away from the other tests' fixed offsets.
     offset = 12_000 + secrets.randbelow(80) * 50
@@ -420,3 +428,19 @@ async def test_required_exactly_once_on_a_target_without_usable_transactions_exi
     assert proc.returncode == 2, text
     assert "configuration error" in text and "primary->backup.exactly.once.support" in text
     assert "InitProducerId" in text
+
+
+async def test_requested_exactly_once_on_a_target_without_usable_transactions_copies_anyway(
+        primary: LocalBroker, backup: LocalBroker, unique: str, tmp_path: Path) -> None:
+    """`requested` uses transactions only where they run: on the local test broker the
+    probe fails, so the flow copies every record without them and says so, naming the key."""
+    topic, remote = f"{unique}-eos-req", f"primary.{unique}-eos-req"
+    await create_topic(primary.bootstrap, topic, PARTITIONS)
+    await burst(primary.bootstrap, topic, 0, 500)
+    config = mm2_config({"primary": primary, "backup": backup}, {"primary->backup": {
+        "topics": topic, "exactly.once.support": "requested"}})
+    async with replicator(config, tmp_path, name="requested") as proc:
+        await assert_exactly_once(primary, backup, topic, remote)
+        log = proc.log_path.read_text()
+    assert "primary->backup.exactly.once.support = requested" in log
+    assert "records are copied without them" in log

@@ -20,7 +20,7 @@ from mirrorline.core.config import (
 )
 from mirrorline.core.errors import ConfigError
 from mirrorline.core.offload import OffloadSettings
-from mirrorline.core.settings import FlowSettings, MirrorSettings
+from mirrorline.core.settings import AuditSettings, CanarySettings, FlowSettings, MirrorSettings
 
 BASE = "clusters = a, b\na.bootstrap.servers = a1:9092\nb.bootstrap.servers = b1:9092\n"
 BASE_LINES = 3
@@ -201,6 +201,8 @@ EXPECTED_DEFAULTS = {
     "offload": OffloadSettings("auto", 10485760, 60, 1000000, 10000),
     "source_cluster_alias": None,  # the flow's own alias goes into topic names
     "target_cluster_alias": None,
+    "canary": CanarySettings(enabled=True, interval_ms=1000, latency_slo_ms=5000),  # ours
+    "audit": AuditSettings(enabled=True, window_ms=60000, grace_ms=10000),  # ours
 }
 
 
@@ -848,3 +850,39 @@ def test_secrets_never_appear_in_errors(line: str) -> None:
 def test_differences_are_sentences() -> None:
     assert len(DIFFERENCES_FROM_MM2) >= 5
     assert all(d.endswith(".") and "\n" not in d for d in DIFFERENCES_FROM_MM2)
+
+
+# --- heartbeat service keys (canary, audit) -------------------------------------------------
+
+
+def test_heartbeat_service_keys_are_read_per_flow() -> None:
+    settings = flow("""
+        canary.interval.ms = 200
+        a->b.canary.latency.slo.ms = 750
+        audit.window.ms = 2000
+        a->b.audit.grace.ms = 0
+        a->b.audit.enabled = false
+    """)
+    assert settings.canary == CanarySettings(enabled=True, interval_ms=200, latency_slo_ms=750)
+    assert settings.audit == AuditSettings(enabled=False, window_ms=2000, grace_ms=0)
+
+
+@pytest.mark.parametrize(("key", "value", "problem"), [
+    ("canary.interval.ms", "-5", "must not be negative"),
+    ("canary.interval.ms", "0", "must be at least 1"),
+    ("canary.latency.slo.ms", "0", "must be at least 1"),
+    ("audit.window.ms", "0", "must be at least 1"),
+    ("audit.grace.ms", "-1", "must not be negative"),
+    ("canary.enabled", "yes", "true or false"),
+])
+def test_bad_heartbeat_service_values_name_key_and_line(key: str, value: str,
+                                                        problem: str) -> None:
+    error = config_error(f"{key} = {value}\n")
+    assert_names(error, key, BASE_LINES + 1)
+    assert problem in str(error)
+
+
+def test_audit_window_shorter_than_canary_interval_is_an_error() -> None:
+    error = config_error("canary.interval.ms = 5000\na->b.audit.window.ms = 1000\n")
+    assert_names(error, "a->b.audit.window.ms", BASE_LINES + 2)
+    assert "shorter than canary.interval.ms" in str(error)

@@ -10,7 +10,15 @@ from mirrorline.cli.admin_drift import format_drift_plan, format_history
 from mirrorline.configsync.convert import history_message, plan_message
 from mirrorline.core.aclsync import AclBinding, AclPlan
 from mirrorline.core.config import parse_config
-from mirrorline.core.drift import HistoryEntry, TopicSides, build_plan, topic_drift
+from mirrorline.core.drift import (
+    DRIFT_DETECTED,
+    DriftPlan,
+    HistoryEntry,
+    TopicSides,
+    build_plan,
+    drift_event,
+    topic_drift,
+)
 from mirrorline.core.errors import ConfigError
 from mirrorline.core.filters import ConfigEntry, ConfigPropertyFilter, ConfigSource
 
@@ -149,3 +157,33 @@ def test_config_sync_switched_off_compares_partitions_only() -> None:
                         sync_configs=False)
     assert drift.configs == ()
     assert drift.partitions is not None and drift.partitions.action == "grow"
+
+
+def _drifting(target_value: str, at_ms: int = 1000) -> DriftPlan:
+    drift = topic_drift(sides("orders", 3, 3, [],
+                              [ConfigEntry("retention.ms", target_value, T)]), FLT)
+    return build_plan("primary->backup", at_ms, [drift], None, {})
+
+
+def test_drift_event_is_recorded_only_when_the_differences_are_new() -> None:
+    first = drift_event(_drifting("4242"), [])
+    assert first is not None and first.kind == DRIFT_DETECTED
+    assert first.flow == "primary->backup" and first.at_ms == 1000
+    assert first.detail == ("primary.orders retention.ms: source (default), target 4242 "
+                            "-> delete")
+    history = [first]
+    # Steady drift, and a restart (history read back), a later round: nothing new.
+    assert drift_event(_drifting("4242", at_ms=9000), history) is None
+    # No drift: nothing to record.
+    assert drift_event(build_plan("primary->backup", 1, [], None, {}), history) is None
+    # Different differences: a new event.
+    changed = drift_event(_drifting("7", at_ms=2000), history)
+    assert changed is not None and "target 7 -> delete" in changed.detail
+    # The same drift back after an applied change: new again.
+    applied = HistoryEntry(3000, "primary->backup", "operator", "config",
+                           "primary.orders retention.ms", "delete retention.ms")
+    assert drift_event(_drifting("4242"), [first, applied]) is not None
+    # Another flow's history says nothing about this one.
+    other = HistoryEntry(1, "other->backup", "configsync", DRIFT_DETECTED, "", first.detail)
+    assert drift_event(_drifting("4242"), [first, other]) is None
+    assert drift_event(_drifting("4242"), [other]) is not None

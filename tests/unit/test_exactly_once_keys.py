@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from mirrorline.core.config import parse_config
+from mirrorline.core.errors import ConfigError
 from mirrorline.core.exactly_once import exactly_once_request
 
 BASE = ("clusters = a, b\na.bootstrap.servers = x:1\nb.bootstrap.servers = y:1\n"
@@ -39,3 +42,29 @@ def test_the_keys_are_not_reported_as_without_effect() -> None:
     settings = parse_config(BASE + "exactly.once.support = requested\n"
                                    "b.exactly.once.source.support = enabled\n")
     assert not [w for w in settings.warnings if "exactly.once" in (w.key or "")]
+
+
+def test_the_target_clusters_worker_key_reaches_the_flow_itself() -> None:
+    """Replicators (standalone or workers) decide from the flow's own settings."""
+    settings = parse_config(BASE + "b.exactly.once.source.support = enabled\n")
+    flow = settings.flows["a->b"]
+    found = exactly_once_request(flow, flow.properties)
+    assert found is not None and (found.key, found.required) == (
+        "b.exactly.once.source.support", True)
+    other = parse_config(BASE + "a.exactly.once.source.support = enabled\n").flows["a->b"]
+    assert exactly_once_request(other, other.properties) is None  # a is not the target
+
+
+def test_a_flow_asking_for_exactly_once_stays_off_the_spark_executor() -> None:
+    """The Spark executor copies without transactions."""
+    assert parse_config(BASE).flows["a->b"].offload.executor == "auto"
+    for extra in ("exactly.once.support = required\n", "exactly.once.support = requested\n",
+                  "b.exactly.once.source.support = enabled\n"):
+        assert parse_config(BASE + extra).flows["a->b"].offload.executor == "workers"
+    # Asked for explicitly: allowed where transactions are only requested ...
+    settings = parse_config(BASE + "exactly.once.support = requested\n"
+                                   "mirrorline.executor = spark\n")
+    assert settings.flows["a->b"].offload.executor == "spark"
+    # ... a configuration error naming both keys where they are required.
+    with pytest.raises(ConfigError, match=r"mirrorline\.executor.*exactly\.once\.support"):
+        parse_config(BASE + "exactly.once.support = required\na->b.mirrorline.executor = auto\n")

@@ -21,7 +21,7 @@ from opentelemetry.metrics import CallbackOptions, Observation
 from mirrorline import grpcsecure
 from mirrorline.checkpointer.api import CheckpointerServicer
 from mirrorline.checkpointer.flow import FlowCheckpointer
-from mirrorline.controlplane.home import control_topics, home_clients, home_cluster
+from mirrorline.controlplane.join import open_control_log
 from mirrorline.controlplane.log import ControlLog
 from mirrorline.core.backoff import Backoff
 from mirrorline.core.errors import ConfigError
@@ -194,27 +194,16 @@ class CheckpointerService:
     async def _join(self, address: str) -> None:
         """Managed mode: read the control log (retrying while the home cluster does not
         answer, one line per attempt), then follow it and announce this checkpointer."""
-        home = home_cluster(self.settings, self._targets)
-        consumer, _, _ = home_clients(self.settings, home, f"checkpointer-{self.instance_id}")
-        servers = dict(self.settings.clusters[home].connection).get("bootstrap.servers")
-        backoff, attempt = Backoff(initial=1.0, maximum=30.0), 0
-        while True:
-            control = ControlLog(consumer_kwargs=consumer,
-                                 topic=control_topics(self.settings)[0])
-            try:
-                await control.start()
-                break
-            except Exception as exc:
-                await stop_within(control.stop(), 1.0, "closing the control log reader")
-                delay = backoff.delay(attempt)
-                attempt += 1
-                self.error = f"home cluster {home!r} unreachable: {explain(exc, servers)}"
-                log.warning("%s; retrying in %.0fs", self.error, delay)
-                await asyncio.sleep(delay)
-        self._control, self.error = control, None
+        control = await open_control_log(self.settings, self._targets,
+                                         f"checkpointer-{self.instance_id}",
+                                         report=self._home_error)
+        self._control = control
         control.listen(lambda *_: self._changed.set())
         self._tasks.append(asyncio.create_task(self._follow(), name="follow control log"))
         self._tasks.append(asyncio.create_task(self._announce(address), name="announce"))
+
+    def _home_error(self, reason: str | None) -> None:
+        self.error = reason
 
     async def stop(self) -> None:
         await self._grpc.set_serving(False)

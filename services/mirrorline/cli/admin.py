@@ -583,6 +583,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                          help="newest N entries (default 100)")
     admin_security.register_token(admin_sub)
 
+    from mirrorline.cli import admin_heartbeat
+
+    admin_heartbeat.register(admin_sub, leaf)
+
     def group(name: str, help_text: str) -> Any:
         parser = admin_sub.add_parser(name, parents=[common], help=help_text)
         parser.set_defaults(handler=_help_for(parser), command_parser=parser)

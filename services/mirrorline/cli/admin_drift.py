@@ -2,7 +2,7 @@
 
     mirrorline admin drift FLOW [--topic T]     the plan; changes nothing
     mirrorline admin drift apply FLOW           apply the plan now (also with sync.mode = plan)
-    mirrorline admin drift history FLOW [--limit N]   changes applied so far
+    mirrorline admin drift history FLOW [--limit N]   changes applied and drift detected
 
 The controller forwards these to the config-sync service (`drift.proto`). Rendering is
 pure (`format_drift_plan`, `format_history`) and tested without a server.
@@ -143,7 +143,8 @@ def register(admin_sub: Any, common: argparse.ArgumentParser) -> None:
               "[--server HOST:PORT] [--output {table,json}] [--timeout SECONDS]",
         help="topic configs, partitions and ACLs that differ between source and target",
         description="drift FLOW shows the plan (changes nothing); drift apply FLOW applies "
-                    "it now; drift history FLOW lists the changes applied so far.")
+                    "it now; drift history FLOW lists the changes applied "
+                    "and, with sync.mode = plan, each newly detected drift.")
     parser.add_argument("words", nargs="+", metavar="[apply|history] FLOW",
                         help="the flow, SOURCE->TARGET, optionally after apply or history")
     parser.add_argument("--topic", type=non_blank("topic"), metavar="TOPIC",

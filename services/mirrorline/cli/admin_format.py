@@ -236,6 +236,14 @@ def format_status(report: admin_pb2.StatusReport) -> str:
               format_bytes_rate(f.bytes_per_second), _text(f.error)) for f in flows),
             right=(2, 3, 4, 5, 6)))
 
+    if report.audit:
+        parts.append(render_table(
+            ("FLOW", "AUDIT WINDOWS", "MISSING", "DUPLICATED", "AUDIT ERROR"),
+            ((a.flow, ", ".join(f"{k} {v}" for k, v in sorted(a.windows_by_verdict.items()))
+              or NONE, _count(a.missing_records), _count(a.duplicated_records),
+              _text(a.error)) for a in sorted(report.audit, key=lambda a: a.flow)),
+            right=(2, 3)))
+
     partitions = sorted(report.partitions,
                         key=lambda p: (p.flow, p.source_topic, p.partition))
     if partitions:

@@ -1,5 +1,5 @@
-"""`mirrorline replicator|controller|checkpointer|configsync|run`: starting services from an MM2
-properties file."""
+"""`mirrorline replicator|controller|checkpointer|heartbeat|configsync|run`: starting
+services from an MM2 properties file."""
 
 from __future__ import annotations
 
@@ -93,6 +93,18 @@ def register(subparsers: Any) -> None:
     _ports(chk, "checkpointer")
     chk.set_defaults(handler=_checkpointer)
 
+    hb = subparsers.add_parser("heartbeat",
+                               help="run the heartbeat service (MM2 heartbeats, topology, "
+                                    "canary, audit)")
+    _common(hb)
+    hb.add_argument("--managed", action="store_true",
+                    help="announce to the controller, which forwards the topology, canary "
+                         "and audit requests of the Admin API here")
+    hb.add_argument("--instance-id", default="heartbeat",
+                    help="name of this heartbeat service (default %(default)s)")
+    _ports(hb, "heartbeat")
+    hb.set_defaults(handler=_heartbeat)
+
     cfs = subparsers.add_parser("configsync",
                                 help="run the config-sync service (topic configs, partition "
                                      "counts, ACLs, drift plans)")
@@ -184,6 +196,30 @@ def _checkpointer(args: argparse.Namespace) -> int:
         managed=args.managed, advertise=args.advertise))
 
 
+def _heartbeat(args: argparse.Namespace) -> int:
+    configure_logging("heartbeat", args.log_level)
+    for noisy in ("faust", "mode"):
+        logging.getLogger(noisy).setLevel(max(logging.WARNING,
+                                              logging.getLevelName(args.log_level.upper())))
+    settings = load_settings(args.config, args.bind)
+    if settings is None:
+        return 2
+    from mirrorline.heartbeat.service import HeartbeatService
+
+    code = _serve(lambda: HeartbeatService(
+        settings, instance_id=args.instance_id, targets=args.clusters,
+        grpc_host=args.bind, grpc_port=args.grpc_port, metrics_host=args.bind,
+        metrics_port=None if args.metrics_port < 0 else args.metrics_port,
+        managed=args.managed, advertise=args.advertise))
+    # A faust app stopped while still joining its group (SIGTERM right after start, cut
+    # short by the stop budget) can leave a thread behind that would keep the process
+    # alive; the service has stopped, so leave now.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def _configsync(args: argparse.Namespace) -> int:
     configure_logging("configsync", args.log_level)
     settings = load_settings(args.config, args.bind)
@@ -235,6 +271,9 @@ def _run(args: argparse.Namespace) -> int:
     children.append(ChildSpec("checkpointer", ("checkpointer", "--managed", *common,
                                                 *ports("checkpointer"),
                                                 "--instance-id", "checkpointer-0")))
+    children.append(ChildSpec("heartbeat", ("heartbeat", "--managed", *common,
+                                             *ports("heartbeat"),
+                                             "--instance-id", "heartbeat-0")))
     children.append(ChildSpec("configsync", ("configsync", "--managed", *common,
                                               *ports("configsync"),
                                               "--instance-id", "configsync-0")))

@@ -21,6 +21,8 @@ from mirrorline.client.mirror_client import DEFAULT_TIMEOUT, MirrorClient
 from mirrorline.client.utils import (
     checkpoint_topics,
     checkpoint_topics_sync,
+    heartbeat_paths,
+    heartbeat_paths_sync,
     heartbeat_topics,
     heartbeat_topics_sync,
     replication_hops,
@@ -37,6 +39,8 @@ __all__ = [
     "TranslatedOffsets",
     "checkpoint_topics",
     "checkpoint_topics_sync",
+    "heartbeat_paths",
+    "heartbeat_paths_sync",
     "heartbeat_topics",
     "heartbeat_topics_sync",
     "replication_hops",

@@ -23,6 +23,7 @@ from mirrorline.core.bad_records import BadRecords
 from mirrorline.core.policy import ReplicationPolicy
 from mirrorline.kafka.admin import ClusterAdmin
 from mirrorline.kafka.clients import admin_kwargs, consumer_kwargs
+from mirrorline.kafka.heartbeats import newest_heartbeats
 from mirrorline.kafka.reader import TopicReader
 
 __all__ = ["DEFAULT_TIMEOUT", "MirrorClient"]
@@ -114,6 +115,22 @@ class MirrorClient:
     async def replication_hops(self, alias: str) -> int:
         """Fewest hops from cluster `alias` to this one, or -1 if it does not reach it."""
         return topology.replication_hops(self.policy, await self._topics(), alias)
+
+    async def heartbeat_paths(self, cluster: str = "",
+                              stale_after_ms: int = 10_000) -> list[topology.HeartbeatPath]:
+        """Every upstream path into this cluster with the age of its newest heartbeat.
+
+        The same reading as `mirrorline admin topology`: route (origin first), hops, the
+        newest heartbeat's timestamp and age, and whether the path is stale (no heartbeat
+        within `stale_after_ms`). `cluster` names this cluster in the answer; cycles are
+        left out only when it is given.
+        """
+        topics = topology.heartbeat_topics(self.policy, await self._topics())
+        newest = await newest_heartbeats(cluster or "mirror-client", self._consumer_kwargs,
+                                         topics)
+        return topology.heartbeat_paths(self.policy, cluster, newest,
+                                        now_ms=int(time.time() * 1000),
+                                        stale_after_ms=stale_after_ms)
 
     async def remote_topics(self, source: str | None = None) -> set[str]:
         """Replicated (non-internal) topics on this cluster; only from `source` if given."""

@@ -16,10 +16,13 @@ from typing import Any, TypeVar
 
 from mirrorline.client.checkpoints import TranslatedOffsets
 from mirrorline.client.mirror_client import DEFAULT_TIMEOUT, MirrorClient
+from mirrorline.core.topology import HeartbeatPath
 
 __all__ = [
     "checkpoint_topics",
     "checkpoint_topics_sync",
+    "heartbeat_paths",
+    "heartbeat_paths_sync",
     "heartbeat_topics",
     "heartbeat_topics_sync",
     "replication_hops",
@@ -67,6 +70,18 @@ async def translate_offsets(properties: Mapping[str, str], remote_cluster_alias:
 async def upstream_clusters(properties: Mapping[str, str]) -> set[str]:
     """Aliases of every cluster replicating into the cluster in `properties`."""
     return await _once(properties, MirrorClient.upstream_clusters)
+
+
+async def heartbeat_paths(properties: Mapping[str, str], cluster: str = "",
+                          stale_after_ms: int = 10_000) -> list[HeartbeatPath]:
+    """Upstream paths of the cluster in `properties` with their heartbeat ages."""
+    return await _once(properties, lambda c: c.heartbeat_paths(cluster, stale_after_ms))
+
+
+def heartbeat_paths_sync(properties: Mapping[str, str], cluster: str = "",
+                         stale_after_ms: int = 10_000) -> list[HeartbeatPath]:
+    """Blocking `heartbeat_paths`; never call it from a running event loop."""
+    return _run(lambda: heartbeat_paths(properties, cluster, stale_after_ms))
 
 
 async def replication_hops(properties: Mapping[str, str], alias: str) -> int:

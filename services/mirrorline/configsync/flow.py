@@ -5,7 +5,8 @@ drift plan with the pure core (`mirrorline.core.drift`), and -- with `sync.mode 
 -- applies it: incremental config changes per topic, partition growth, ACL creation and
 (full mode) removal. A failure is reported for its topic and key, and the rest goes on.
 With `sync.mode = plan` the round only reports: the plan's change count is a metric and
-the flow's status, and a changed plan is logged once as a drift event.
+the flow's status, and a new set of differences is logged and recorded once as a "drift
+detected" event in the flow's history topic (`mirrorline.core.drift.drift_event`).
 
 What a cluster cannot do is probed first (`mirrorline.kafka.capabilities`) and re-probed
 only every `PROBE_S`, so a broker without CreatePartitions or ACLs costs one ApiVersions
@@ -28,6 +29,7 @@ from mirrorline.core.drift import (
     TopicDrift,
     TopicSides,
     build_plan,
+    drift_event,
     topic_drift,
 )
 from mirrorline.core.filters import (
@@ -322,6 +324,10 @@ class FlowSync:
                 log.warning("%s: drift: %d change(s) pending review (sync.mode = plan); see "
                             "`mirrorline admin drift %s`", self.flow.name, plan.changes,
                             self.flow.name)
+            async with self._lock:  # not interleaved with an operator's `drift apply`
+                event = drift_event(plan, self.records.history)
+                if event is not None:
+                    await self.records.record([event])
             return RoundResult(plan)
         applied = await self.apply(plan, "configsync") if plan.changes else []
         return RoundResult(plan, applied)

@@ -1,7 +1,8 @@
 """The config-sync service's two internal topics on each flow's target cluster.
 
 * `mirrorline.drift-history.<source>.internal`: one JSON record per applied change (who,
-  what, when, outcome), read by `mirrorline admin drift history`. Kept on the target
+  what, when, outcome) and, with `sync.mode = plan`, per newly detected set of
+  differences (kind `drift`), read by `mirrorline admin drift history`. Kept on the target
   because that is where the changes happen and what an auditor of the target looks at.
 * `mirrorline.acl-owned.<source>.internal` (compacted): one record per ACL this service
   created on the target, keyed by the ACL; a tombstone when it removed it. This record is

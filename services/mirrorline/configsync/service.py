@@ -20,7 +20,7 @@ from opentelemetry.metrics import CallbackOptions, Observation
 from mirrorline import grpcsecure
 from mirrorline.configsync.api import ConfigSyncServicer
 from mirrorline.configsync.runner import FlowRunner
-from mirrorline.controlplane.home import control_topics, home_clients, home_cluster
+from mirrorline.controlplane.join import open_control_log
 from mirrorline.controlplane.log import ControlLog
 from mirrorline.core.errors import ConfigError
 from mirrorline.core.flowdefs import Definition, flow_settings
@@ -73,20 +73,23 @@ class ConfigSyncService:
         port = await self._grpc.start()
         address = self._advertise or f"127.0.0.1:{port}"
         if self._managed:
-            home = home_cluster(self.settings, self._targets)
-            consumer, _, _ = home_clients(self.settings, home, f"configsync-{self.instance_id}")
-            self._control = ControlLog(consumer_kwargs=consumer,
-                                       topic=control_topics(self.settings)[0])
-            await self._control.start()
-            self._control.listen(lambda *_: self._changed.set())
-            self._tasks.append(asyncio.create_task(self._follow(), name="follow control log"))
-            self._tasks.append(asyncio.create_task(self._announce(address), name="announce"))
+            self._tasks.append(asyncio.create_task(self._join(address),
+                                                   name="join the control plane"))
         else:
             for flow in self.settings.enabled_flows(self._targets):
                 self._add(flow.name, None, flow)
         self._tasks.append(asyncio.create_task(self._health(), name="health"))
         log.info("configsync %s: gRPC %s (%s)", self.instance_id, address,
                  "flows from the control log" if self._managed else "flows from the file")
+
+    async def _join(self, address: str) -> None:
+        """Managed mode: read the control log (retrying while the home cluster does not
+        answer, one line per attempt), then follow it and announce this service."""
+        self._control = await open_control_log(self.settings, self._targets,
+                                               f"configsync-{self.instance_id}")
+        self._control.listen(lambda *_: self._changed.set())
+        self._tasks.append(asyncio.create_task(self._follow(), name="follow control log"))
+        self._tasks.append(asyncio.create_task(self._announce(address), name="announce"))
 
     async def stop(self) -> None:
         await self._grpc.set_serving(False)
@@ -156,7 +159,9 @@ class ConfigSyncService:
 
     async def _health(self) -> None:
         while True:
-            await self._grpc.set_serving(all(r.started for r in self.runners.values()))
+            joined = not self._managed or self._control is not None
+            await self._grpc.set_serving(joined and all(r.started
+                                                        for r in self.runners.values()))
             await asyncio.sleep(1.0)
 
     def _register_metrics(self) -> None:

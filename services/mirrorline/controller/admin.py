@@ -41,6 +41,8 @@ from mirrorline.v1 import (
     failover_pb2,
     failover_pb2_grpc,
     flows_pb2,
+    heartbeat_pb2,
+    heartbeat_pb2_grpc,
     spark_pb2,
 )
 
@@ -183,7 +185,9 @@ class AdminServicer(DriftAdmin, admin_pb2_grpc.AdminServicer):
         if request.flow:
             await self._existing(request.flow, context)
         await self._c.registry.refresh_statuses()
-        return self._report(request.flow)
+        report = self._report(request.flow)
+        await self._audit_totals(report)
+        return report
 
     async def WatchStatus(self, request: admin_pb2.WatchStatusRequest,
                           context: Context) -> AsyncIterator[admin_pb2.StatusReport]:
@@ -196,7 +200,9 @@ class AdminServicer(DriftAdmin, admin_pb2_grpc.AdminServicer):
         while True:
             await self._c.require_leader(context)
             await self._c.registry.refresh_statuses()
-            yield self._report(request.flow)
+            report = self._report(request.flow)
+            await self._audit_totals(report)
+            yield report
             await asyncio.sleep(interval / 1000)
 
     async def ListWorkers(self, request: admin_pb2.ListWorkersRequest,
@@ -319,6 +325,53 @@ class AdminServicer(DriftAdmin, admin_pb2_grpc.AdminServicer):
             result.created = True
         result.warnings.extend(failback.warnings)
         return result
+
+    # -- heartbeats, canary, audit (served by the heartbeat service) --------------------
+    async def Topology(self, request: heartbeat_pb2.TopologyRequest,
+                       context: Context) -> heartbeat_pb2.TopologyReport:
+        await self._c.require_leader(context)
+        reply: heartbeat_pb2.TopologyReport = await self._forward(
+            context, (await self._heartbeat(context)).Topology, request, 30)
+        return reply
+
+    async def Canary(self, request: heartbeat_pb2.CanaryRequest,
+                     context: Context) -> heartbeat_pb2.CanaryReport:
+        await self._c.require_leader(context)
+        reply: heartbeat_pb2.CanaryReport = await self._forward(
+            context, (await self._heartbeat(context)).Canary, request, 30)
+        return reply
+
+    async def Audit(self, request: heartbeat_pb2.AuditRequest,
+                    context: Context) -> heartbeat_pb2.AuditReport:
+        await self._c.require_leader(context)
+        await self._existing(request.flow, context)
+        reply: heartbeat_pb2.AuditReport = await self._forward(
+            context, (await self._heartbeat(context)).Audit, request, 30)
+        return reply
+
+    async def _audit_totals(self, report: admin_pb2.StatusReport) -> None:
+        """Add each flow's audit totals when a heartbeat service answers quickly; the status
+        never waits long for it or fails because of it."""
+        address = self._c.registry.service_address("heartbeat")
+        if address is None:
+            return
+        stub = heartbeat_pb2_grpc.HeartbeatStub(self._c.registry.channel(address))
+        for flow in report.flows:
+            try:
+                reply = await stub.Audit(heartbeat_pb2.AuditRequest(
+                    flow=flow.flow, since_ms=2**62), timeout=1.0)
+            except grpc.aio.AioRpcError:
+                continue
+            report.audit.append(reply.totals)
+
+    async def _heartbeat(self, context: Context) -> heartbeat_pb2_grpc.HeartbeatStub:
+        address = self._c.registry.service_address("heartbeat")
+        if address is None:
+            await context.abort(grpc.StatusCode.UNAVAILABLE,
+                                "no heartbeat service has announced itself to this "
+                                "controller; is `mirrorline heartbeat --managed` running?")
+        assert address is not None
+        return heartbeat_pb2_grpc.HeartbeatStub(self._c.registry.channel(address))
 
     async def _checkpointer(self, context: Context) -> failover_pb2_grpc.CheckpointerStub:
         address = self._c.registry.service_address("checkpointer")

@@ -26,7 +26,7 @@ from mirrorline.core.policy import make_policy
 from mirrorline.core.settings import FlowSettings
 from mirrorline.kafka.admin import ClusterAdmin
 from mirrorline.kafka.causes import explain
-from mirrorline.replicator.discovery import DiscoveryResult, TopicDiscovery
+from mirrorline.kafka.discovery import DiscoveryResult, TopicDiscovery
 
 log = logging.getLogger(__name__)
 

@@ -8,6 +8,7 @@ configs are layered as spec §7.3 describes (see `DIFFERENCES_FROM_MM2` in confi
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Final, Literal, Protocol, TypeVar
 
 from mirrorline.core import _config_keys as keys
@@ -15,10 +16,18 @@ from mirrorline.core import _config_values as values
 from mirrorline.core._config_keys import DEFAULTS
 from mirrorline.core._config_layers import Layers, cluster_connection
 from mirrorline.core.errors import ConfigError
+from mirrorline.core.exactly_once import exactly_once_request
 from mirrorline.core.filters import parse_list
 from mirrorline.core.offload import OffloadSettings
 from mirrorline.core.properties import Property
-from mirrorline.core.settings import ClientSettings, ConfigWarning, FlowSettings, PolicySettings
+from mirrorline.core.settings import (
+    AuditSettings,
+    CanarySettings,
+    ClientSettings,
+    ConfigWarning,
+    FlowSettings,
+    PolicySettings,
+)
 
 __all__ = ["NEW_TO_DEPRECATED", "FlowBuilder", "LoaderView"]
 
@@ -155,10 +164,16 @@ class FlowBuilder:
                                                  values.parse_non_negative),
             clients=self.clients(),
             properties=self.loader.redacted({**{k: e.value for k, e in self.layers.top.items()},
+                                  **self._target_worker_keys(),
                                   **{k: e.value for k, e in self.flow.items()}}),
             admin_timeout_ms=self.get("admin.timeout.ms", values.parse_non_negative),
             source_cluster_alias=self.naming_alias("source.cluster.alias"),
             target_cluster_alias=self.naming_alias("target.cluster.alias"),
+            canary=CanarySettings(
+                enabled=self.flag("canary.enabled"),
+                interval_ms=self.get("canary.interval.ms", values.parse_positive),
+                latency_slo_ms=self.get("canary.latency.slo.ms", values.parse_positive)),
+            audit=self._audit(),
             sync_mode="plan" if self.get("sync.mode", values.parse_sync_mode) == "plan"
             else "apply",
             sync_topic_acls_mode="full" if self.get("sync.topic.acls.mode",
@@ -166,8 +181,32 @@ class FlowBuilder:
             else "mm2",
             offload=self.offload(),
         )
+        flow = self._exactly_once_stays_on_workers(flow)
         if flow.enabled:
             self._check_enabled(flow)
+        return flow
+
+    def _target_worker_keys(self) -> dict[str, str]:
+        """Worker keys set for the target cluster that the services read from the flow's
+        properties (MM2's dedicated mode sets `exactly.once.source.support` per target)."""
+        entry = self.layers.cluster(self.target).get("exactly.once.source.support")
+        return {} if entry is None else {entry.key: entry.value}
+
+    def _exactly_once_stays_on_workers(self, flow: FlowSettings) -> FlowSettings:
+        """The Spark executor copies without transactions: a flow asking for exactly-once
+        runs on the replicator workers unless `mirrorline.executor` says otherwise, and
+        one that requires it cannot be sent to Spark at all."""
+        request = exactly_once_request(flow, flow.properties)
+        if request is None or flow.offload.executor == "workers":
+            return flow
+        entry = self.entry("mirrorline.executor")
+        if entry is None:
+            return replace(flow, offload=replace(flow.offload, executor="workers"))
+        if request.required:
+            raise self.loader.error(entry, entry.key, (
+                f"= {flow.offload.executor} would copy partitions on the Spark executor, "
+                f"which runs without transactions, but {request.key} = {request.value} "
+                "requires them; set mirrorline.executor = workers"))
         return flow
 
     def offload(self) -> OffloadSettings:
@@ -194,6 +233,19 @@ class FlowBuilder:
                 raise ConfigError("mirrorline.spark.reclaim.lag.records", message)
             raise self.loader.error(entry, entry.key, message)
         return settings
+    def _audit(self) -> AuditSettings:
+        """`audit.*`, checked against the canary interval: a window shorter than one canary
+        interval could close without a single probe in it."""
+        window = self.get("audit.window.ms", values.parse_positive)
+        interval = self.get("canary.interval.ms", values.parse_positive)
+        if window < interval:
+            entry = self.entry("audit.window.ms") or self.entry("canary.interval.ms")
+            raise self.loader.error(entry, "audit.window.ms", (
+                f"is {window} ms for {self.source}->{self.target}, shorter than "
+                f"canary.interval.ms ({interval} ms): a window must span at least one canary "
+                "interval"))
+        return AuditSettings(enabled=self.flag("audit.enabled"), window_ms=window,
+                             grace_ms=self.get("audit.grace.ms", values.parse_non_negative))
 
     def _check_enabled(self, flow: FlowSettings) -> None:
         """Rules MM2 applies when it validates the connectors of an enabled flow."""

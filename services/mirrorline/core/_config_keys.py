@@ -97,6 +97,17 @@ MIRRORLINE_DEFAULT_OVERRIDES: Final[dict[str, tuple[str, str, str]]] = {
                                          "minute; one round costs two DescribeAcls"),
 }
 
+#: Keys of Mirrorline's heartbeat service (canary and audit), which MM2 lacks. They are
+#: flow-level like MM2's connector keys, so one flow can have its own SLO or window.
+HEARTBEAT_SERVICE_DEFAULTS: Final[Mapping[str, str]] = MappingProxyType({
+    "canary.enabled": "true",
+    "canary.interval.ms": "1000",
+    "canary.latency.slo.ms": "5000",
+    "audit.enabled": "true",
+    "audit.window.ms": "60000",
+    "audit.grace.ms": "10000",
+})
+
 #: Mirrorline's own flow-level keys (no MM2 equivalent), with their defaults. They resolve
 #: like MM2's flow keys: `<source>-><target>.<key>`, then the top level, are validated like
 #: every flow property and stored in flow definitions.
@@ -117,6 +128,7 @@ MIRRORLINE_FLOW_DEFAULTS: Final[Mapping[str, str]] = MappingProxyType({
 #: The defaults Mirrorline applies: MM2's, with the overrides above.
 DEFAULTS: Final[Mapping[str, str]] = MappingProxyType({
     **MM2_DEFAULTS,
+    **HEARTBEAT_SERVICE_DEFAULTS,
     **{key: ours for key, (_mm2, ours, _why) in MIRRORLINE_DEFAULT_OVERRIDES.items()},
     **MIRRORLINE_FLOW_DEFAULTS,
 })
@@ -140,7 +152,8 @@ MIRRORLINE_KEYS: Final[frozenset[str]] = frozenset({
 WORKER_KEYS: Final = frozenset({"offset.storage.replication.factor", "offset.flush.interval.ms"})
 
 #: Flow-level (connector) keys with an effect: everything defaulted above except worker keys.
-FLOW_KEYS: Final = (frozenset(MM2_DEFAULTS) - WORKER_KEYS) | frozenset(MIRRORLINE_FLOW_DEFAULTS)
+FLOW_KEYS: Final = ((frozenset(MM2_DEFAULTS) - WORKER_KEYS) | frozenset(MIRRORLINE_FLOW_DEFAULTS)
+             | frozenset(HEARTBEAT_SERVICE_DEFAULTS))
 
 #: MM2's deprecated filter keys (KIP-629) -> the key that replaced them. MM2 still reads them
 #: when the new key is absent anywhere in the flow's properties; the new key wins otherwise.

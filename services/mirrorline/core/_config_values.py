@@ -80,6 +80,14 @@ def parse_non_negative(value: str, *, maximum: int = _JAVA_LONG_MAX) -> int:
     return number
 
 
+def parse_positive(value: str) -> int:
+    """A duration or interval that must be at least 1 (zero would mean "never" or "always")."""
+    number = parse_non_negative(value)
+    if number == 0:
+        raise BadValue("must be at least 1")
+    return number
+
+
 def parse_replication_factor(value: str) -> int:
     """A replication factor: at least 1, or -1 for the broker's `default.replication.factor`."""
     if not _INTEGER.fullmatch(value):
@@ -169,7 +177,11 @@ EXACT: Final[dict[str, Callable[[str], object]]] = {
     "consumer.poll.timeout.ms": parse_non_negative,
     "offset.flush.interval.ms": parse_non_negative,
     "admin.timeout.ms": parse_non_negative,
-    **{key: parse_bool for key, default in keys.MM2_DEFAULTS.items()
+    "canary.interval.ms": parse_positive,
+    "canary.latency.slo.ms": parse_positive,
+    "audit.window.ms": parse_positive,
+    "audit.grace.ms": parse_non_negative,
+    **{key: parse_bool for key, default in keys.DEFAULTS.items()
        if default in ("true", "false")},
     **{key: _filter_class(key) for key in keys.FILTER_CLASSES},
     "mirrorline.executor": parse_executor,

@@ -141,3 +141,56 @@ class HistoryEntry:
                    kind=str(raw["kind"]), subject=str(raw["subject"]),
                    detail=str(raw["detail"]), ok=bool(raw.get("ok", True)),
                    error=str(raw.get("error", "")))
+
+
+#: The history kind of a "drift detected" event (`sync.mode = plan`).
+DRIFT_DETECTED = "drift"
+
+
+def drift_summary(plan: DriftPlan) -> tuple[str, ...]:
+    """One line per difference (topic, key, source value, target value, action), sorted,
+    without anything that moves by itself (time), so equal drift gives equal lines."""
+    def value(v: str | None) -> str:
+        return "(default)" if v is None else v
+
+    lines: list[str] = []
+    for t in plan.topics:
+        if t.problem:
+            lines.append(f"{t.remote_topic}: {t.problem}")
+        for c in t.configs:
+            why = f" ({c.reason})" if c.reason else ""
+            lines.append(f"{t.remote_topic} {c.key}: source {value(c.source_value)}, "
+                         f"target {value(c.target_value)} -> {c.action}{why}")
+        if t.partitions is not None:
+            p = t.partitions
+            why = f" ({p.reason})" if p.reason else ""
+            lines.append(f"{t.remote_topic} partitions: source {p.source}, target "
+                         f"{p.target} -> {p.action}{why}")
+    lines += [f"ACL {b} -> add" for b in plan.acls_add]
+    lines += [f"ACL {b} -> remove" for b in plan.acls_remove]
+    return tuple(sorted(lines))
+
+
+def drift_event(plan: DriftPlan, history: Sequence[HistoryEntry],
+                who: str = "configsync") -> HistoryEntry | None:
+    """The "drift detected" entry to record for `plan`, or None when there is nothing new.
+
+    New means: the plan has differences, and they are not the ones of the flow's last
+    recorded drift event -- unless a change was applied since that event (the drift was
+    fixed and came back). Decided from the recorded history alone, so steady drift and
+    restarts (the history is read back at start) add nothing.
+    """
+    lines = drift_summary(plan)
+    if not lines:
+        return None
+    detail = "; ".join(lines)
+    for entry in reversed(history):
+        if entry.flow != plan.flow:
+            continue
+        if entry.kind != DRIFT_DETECTED:
+            break  # a change was applied after the last event: drift is new again
+        if entry.detail == detail:
+            return None
+        break
+    return HistoryEntry(plan.generated_at_ms, plan.flow, who, DRIFT_DETECTED,
+                        f"{len(lines)} difference(s) detected", detail)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from mirrorline.core.settings import FlowSettings
 
-__all__ = ["ExactlyOnceRequest", "exactly_once_request"]
+__all__ = ["ExactlyOnceRequest", "exactly_once_request", "transactional_id"]
 
 
 @dataclass(frozen=True)
@@ -39,3 +39,15 @@ def exactly_once_request(flow: FlowSettings, raw: Mapping[str, str]) -> ExactlyO
         if value in ("enabled", "preparing"):
             return ExactlyOnceRequest(key, raw[key].strip(), value == "enabled")
     return None
+
+
+def transactional_id(deployment: str | None, flow: str, owner: str) -> str:
+    """The transactional id of the producer that copies `flow` for `owner` (a worker id).
+
+    Stable across restarts, so a restarted owner's InitProducerId fences its previous
+    incarnation (Kafka aborts that one's open transaction and refuses its producer epoch
+    from then on), the way MM2 derives one id per connector task
+    (`<group>-<connector>-<task>`). The deployment keeps two deployments on one target
+    apart; the flow keeps two flows of one worker apart.
+    """
+    return f"mirrorline-{deployment or 'default'}-{flow}-{owner}"

@@ -158,9 +158,10 @@ def should_replicate_topic(topic: str, *, policy: ReplicationPolicy,
     """Whether a source topic is copied by the flow to `target_alias` (spec §4.3).
 
     Heartbeats bypass the topic filter (when enabled) so that topology discovery works even
-    with a narrow `topics` list; internal topics and cycles are never replicated.
+    with a narrow `topics` list, and so do canary topics, so that every flow can be
+    probed; internal topics and cycles are never replicated.
     """
-    selected = topic_filter.accepts(topic) or (
+    selected = topic_filter.accepts(topic) or policy.is_canary_topic(topic) or (
         heartbeats_replication_enabled and policy.is_heartbeats_topic(topic))
     return (selected and not policy.is_internal_topic(topic)
             and not is_cycle(policy, topic, target_alias))

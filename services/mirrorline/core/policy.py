@@ -42,6 +42,8 @@ PolicyKind = Literal["default", "identity"]
 
 DEFAULT_SEPARATOR: Final = "."
 _HEARTBEATS: Final = "heartbeats"
+#: Mirrorline's canary topic (no MM2 counterpart); named and renamed like heartbeats.
+_CANARY: Final = "mirrorline-canary"
 
 _JAVA_PACKAGE: Final = "org.apache.kafka.connect.mirror."
 
@@ -104,6 +106,12 @@ class ReplicationPolicy(ABC):
 
     def heartbeats_topic(self) -> str:
         return _HEARTBEATS
+
+    def canary_topic(self) -> str:
+        return _CANARY
+
+    def is_canary_topic(self, topic: str) -> bool:
+        return self.original_topic(topic) == self.canary_topic()
 
     def offset_syncs_topic(self, alias: str) -> str:
         return f"mm2-offset-syncs.{alias}.internal"
@@ -224,7 +232,9 @@ class IdentityReplicationPolicy(DefaultReplicationPolicy):
         return self._source_alias
 
     def _looks_like_heartbeat(self, topic: str) -> bool:
-        return topic.endswith(self.heartbeats_topic())
+        # The canary is renamed too: kept as is, the source's canary would land in the
+        # target's own canary topic.
+        return topic.endswith((self.heartbeats_topic(), self.canary_topic()))
 
     def format_remote_topic(self, source_alias: str, topic: str) -> str:
         if self._looks_like_heartbeat(topic):

@@ -2,7 +2,8 @@
 
 Roles are ordered for people -- `viewer` < `operator` < `admin` -- and `service` stands
 apart: it is the deployment's own identity (workers heartbeating, the checkpointer
-announcing itself, the controller asking workers and the checkpointer), and no person's
+announcing itself, the controller asking workers, the checkpointer and the heartbeat
+service), and no person's
 role includes it, nor does it include theirs. A method missing from the table is refused
 (fail closed); a unit test checks that every method of every proto service has a role,
 so an RPC added later cannot be forgotten.
@@ -47,6 +48,9 @@ METHOD_ROLES: Final[Mapping[str, Role]] = MappingProxyType({
     _ADMIN + "TranslateOffsets": _V,
     _ADMIN + "PlanFailover": _V,
     _ADMIN + "PlanFailback": _V,
+    _ADMIN + "Topology": _V,
+    _ADMIN + "Canary": _V,
+    _ADMIN + "Audit": _V,
     _ADMIN + "GetDrift": _V,
     _ADMIN + "GetDriftHistory": _V,
     _ADMIN + "CreateFlow": _O,
@@ -73,6 +77,9 @@ METHOD_ROLES: Final[Mapping[str, Role]] = MappingProxyType({
     "/mirrorline.v1.Checkpointer/ExecuteFailover": _S,
     "/mirrorline.v1.Checkpointer/FailoverToTime": _S,
     "/mirrorline.v1.Replicator/GetStatus": _S,
+    "/mirrorline.v1.Heartbeat/Topology": _S,
+    "/mirrorline.v1.Heartbeat/Canary": _S,
+    "/mirrorline.v1.Heartbeat/Audit": _S,
     "/mirrorline.v1.ConfigSync/GetDrift": _S,
     "/mirrorline.v1.ConfigSync/ApplyDrift": _S,
     "/mirrorline.v1.ConfigSync/GetDriftHistory": _S,

@@ -50,6 +50,24 @@ class ClientSettings:
 
 
 @dataclass(frozen=True)
+class CanarySettings:
+    """`canary.*`: probe records sent through a flow to measure its end-to-end latency."""
+
+    enabled: bool = True
+    interval_ms: int = 1000
+    latency_slo_ms: int = 5000
+
+
+@dataclass(frozen=True)
+class AuditSettings:
+    """`audit.*`: per-window counts and checksums compared between source and target."""
+
+    enabled: bool = True
+    window_ms: int = 60000
+    grace_ms: int = 10000
+
+
+@dataclass(frozen=True)
 class FlowSettings:
     """Everything one replication flow `source->target` needs, defaults applied."""
 
@@ -110,6 +128,9 @@ class FlowSettings:
     #: offset-syncs topics, cycle detection). None: the flow's own cluster alias, as in MM2.
     source_cluster_alias: str | None = None
     target_cluster_alias: str | None = None
+    #: The heartbeat service's canary and audit (Mirrorline keys, no MM2 equivalent).
+    canary: CanarySettings = field(default_factory=CanarySettings)
+    audit: AuditSettings = field(default_factory=AuditSettings)
 
     @property
     def name(self) -> str:

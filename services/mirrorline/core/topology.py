@@ -14,13 +14,16 @@ no cluster anyone can address.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 from mirrorline.core.policy import ReplicationPolicy
 
 __all__ = [
+    "HeartbeatPath",
     "checkpoint_topics",
     "count_hops",
+    "heartbeat_paths",
     "heartbeat_topics",
     "remote_topics",
     "replication_hops",
@@ -98,3 +101,70 @@ def remote_topics(policy: ReplicationPolicy, topics: Iterable[str],
             continue
         result.add(topic)
     return result
+
+
+@dataclass(frozen=True)
+class HeartbeatPath:
+    """One replication path into `cluster`, proven by heartbeats arriving on `topic`."""
+
+    cluster: str
+    topic: str
+    #: The clusters the heartbeats passed, origin first; `cluster` follows the last one.
+    route: tuple[str, ...]
+    #: Timestamp of the newest heartbeat on the topic (None: none read).
+    newest_ms: int | None
+    age_ms: int | None
+    stale: bool
+    reason: str
+
+    @property
+    def origin(self) -> str:
+        return self.route[0]
+
+    @property
+    def hops(self) -> int:
+        return len(self.route)
+
+
+def _route(policy: ReplicationPolicy, topic: str) -> tuple[str, ...] | None:
+    """Aliases along `topic`'s name, nearest first; None for a name that loops."""
+    chain: list[str] = []
+    current: str | None = topic
+    while current is not None:
+        source = policy.topic_source(current)
+        if source is None:
+            break
+        if source in chain:
+            return None
+        chain.append(source)
+        current = policy.upstream_topic(current)
+    return tuple(chain)
+
+
+def heartbeat_paths(policy: ReplicationPolicy, cluster: str,
+                    newest: Mapping[str, int | None], *, now_ms: int,
+                    stale_after_ms: int) -> list[HeartbeatPath]:
+    """Every upstream path of `cluster` from its heartbeat topics and the timestamp of the
+    newest record on each (`newest`: topic -> ms, None when the topic is empty).
+
+    A path whose name passes through `cluster` itself or through one alias twice is a
+    cycle and is left out, as is the local ``heartbeats`` topic (no hop at all). A path
+    whose newest heartbeat is older than `stale_after_ms` -- or that has none -- is stale.
+    """
+    out: list[HeartbeatPath] = []
+    for topic in sorted(heartbeat_topics(policy, newest)):
+        chain = _route(policy, topic)
+        if not chain or cluster in chain or "" in chain:
+            continue
+        stamp = newest[topic]
+        age = None if stamp is None else max(0, now_ms - stamp)
+        if age is None:
+            stale, reason = True, "no heartbeat on the topic yet"
+        elif age > stale_after_ms:
+            stale, reason = True, f"newest heartbeat is {age} ms old (stale after " \
+                                  f"{stale_after_ms} ms)"
+        else:
+            stale, reason = False, ""
+        out.append(HeartbeatPath(cluster, topic, tuple(reversed(chain)), stamp, age, stale,
+                                 reason))
+    return out

@@ -31,6 +31,10 @@ class FlowBookkeeping:
     map_writer: OffsetMapWriter
     planner: OffsetSyncPlanner | None = None
     sync_sender: OffsetSyncSender | None = None
+    #: Exactly-once mode (`mirrorline.replicator.transactional`): progress and map runs --
+    #: and the offset syncs when they live on the target (then `sync_sender` is None) --
+    #: were committed in the records' transaction; only source-side syncs remain to write.
+    committed_with_records: bool = False
 
     @classmethod
     async def open(cls, flow: FlowSettings, policy: ReplicationPolicy,
@@ -73,10 +77,14 @@ class FlowBookkeeping:
         `caught_up`: nothing more to copy right now; publish the exact offset sync at once
         so a consumer group at the end of the topic translates exactly.
         """
-        if self.planner is not None:
-            self.planner.queue_batch(topic, partition, upstream, downstream_base)
-        self.progress.save(topic, partition, upstream[-1] + 1)
-        self.map_writer.acknowledged(topic, partition, upstream, downstream_base)
+        if self.committed_with_records:
+            if self.planner is not None and self.sync_sender is not None:
+                self.planner.queue_batch(topic, partition, upstream, downstream_base)
+        else:
+            if self.planner is not None:
+                self.planner.queue_batch(topic, partition, upstream, downstream_base)
+            self.progress.save(topic, partition, upstream[-1] + 1)
+            self.map_writer.acknowledged(topic, partition, upstream, downstream_base)
         if self.planner is not None and self.sync_sender is not None:
             if caught_up:
                 self.planner.promote_delayed()

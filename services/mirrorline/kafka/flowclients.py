@@ -45,8 +45,13 @@ class FlowClients:
     producer_kwargs: dict[str, Any]
 
     @classmethod
-    async def open(cls, flow: FlowSettings, worker_id: str) -> FlowClients:
-        """Create and start every client; on failure, close what was started and raise."""
+    async def open(cls, flow: FlowSettings, worker_id: str, *,
+                   transactional_id: str | None = None) -> FlowClients:
+        """Create and start every client; on failure, close what was started and raise.
+
+        `transactional_id`: exactly-once mode. The data producer is transactional (it also
+        carries the bookkeeping of each round) and the target is read `read_committed`, so
+        progress and tails written by aborted transactions are never taken for copies."""
         name = f"{flow.source}->{flow.target}|replicator-{worker_id}"
         started: list[Any] = []
         try:
@@ -67,6 +72,9 @@ class FlowClients:
             started.append(consumer)
             pkw = _kwargs(producer_kwargs, flow.clients.target_producer, f"{name}|producer")
             pkw.update(batch_sizes(flow.clients.target_producer, pkw))
+            if transactional_id is not None:
+                pkw.update(transactional_id=transactional_id, enable_idempotence=True,
+                           acks="all")
             producer = AIOKafkaProducer(**pkw)
             await producer.start()
             started.append(producer)
@@ -83,11 +91,13 @@ class FlowClients:
         except BaseException:
             await _close_all(started)
             raise
+        target_consumer = _kwargs(consumer_kwargs, flow.clients.target_consumer,
+                                  f"{name}|progress-reader")
+        if transactional_id is not None:
+            target_consumer["isolation_level"] = "read_committed"
         return cls(consumer=consumer, producer=producer, bookkeeping_producer=bookkeeping,
                    sync_producer=sync_producer, source_admin=source_admin,
-                   target_admin=target_admin,
-                   target_consumer_kwargs=_kwargs(consumer_kwargs, flow.clients.target_consumer,
-                                                  f"{name}|progress-reader"),
+                   target_admin=target_admin, target_consumer_kwargs=target_consumer,
                    source_consumer_kwargs=ckw, producer_kwargs=pkw)
 
     async def reopen_producer(self) -> AIOKafkaProducer:

@@ -30,6 +30,9 @@ class TopicReader:
         kwargs["auto_offset_reset"] = "earliest"
         kwargs.setdefault("fetch_max_wait_ms", 100)
         self.topic = topic
+        #: read_committed: the end is the last stable offset, so a transaction left open
+        #: (by a crashed producer, until the coordinator aborts it) does not stall the read.
+        self._committed = kwargs.get("isolation_level") == "read_committed"
         self._consumer = AIOKafkaConsumer(**kwargs)
         self._tps: list[TopicPartition] = []
 
@@ -64,6 +67,9 @@ class TopicReader:
     async def caught_up(self) -> bool:
         for tp in self._tps:
             high = self._consumer.highwater(tp)
+            if self._committed:
+                stable = self._consumer.last_stable_offset(tp)
+                high = stable if stable is not None and stable >= 0 else high
             if high is None or await self._consumer.position(tp) < high:
                 return False
         return True

@@ -17,7 +17,7 @@ import enum
 import functools
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError, OffsetOutOfRangeError
@@ -25,6 +25,7 @@ from opentelemetry.trace import Tracer
 
 from mirrorline.core.backoff import Backoff
 from mirrorline.core.errors import ConfigError
+from mirrorline.core.exactly_once import transactional_id
 from mirrorline.core.offset_syncs import OffsetSyncPlanner
 from mirrorline.core.policy import make_policy
 from mirrorline.core.settings import FlowSettings
@@ -32,17 +33,23 @@ from mirrorline.core.tail_match import Verdict
 from mirrorline.kafka.acked import FlowBookkeeping
 from mirrorline.kafka.admin import ClusterAdmin
 from mirrorline.kafka.causes import explain
+from mirrorline.kafka.discovery import DiscoveryResult, RemoteTopic, TopicDiscovery
 from mirrorline.kafka.flowclients import FlowClients
 from mirrorline.kafka.progress import ProgressStore
 from mirrorline.kafka.starts import Start, StartPlanner
 from mirrorline.replicator.checker import TargetChecker
 from mirrorline.replicator.delivery import DeliveryLoop
-from mirrorline.replicator.discovery import DiscoveryResult, RemoteTopic, TopicDiscovery
 from mirrorline.replicator.exactly_once import check_exactly_once
 from mirrorline.replicator.flow_status import partition_views
 from mirrorline.replicator.pump import Delivered, PartitionPump, PumpState
-from mirrorline.replicator.sending import abort_sends, reopen_producer
+from mirrorline.replicator.sending import abort_sends, reopen_producer, replace_transactional
 from mirrorline.replicator.source_faults import out_of_range, truncated
+from mirrorline.replicator.transactional import (
+    RoundBooks,
+    TransactionalDelivery,
+    committed_progress,
+)
+from mirrorline.telemetry.links import link_records
 from mirrorline.telemetry.replication import PartitionMetrics, ReplicationMetrics
 from mirrorline.v1 import flows_pb2
 
@@ -100,6 +107,8 @@ class FlowReplicator:
         self._discovery: TopicDiscovery | None = None
         self._planner_of_starts: StartPlanner | None = None
         self._delivery: DeliveryLoop | None = None
+        #: Exactly-once mode: the bookkeeping each round's transaction carries.
+        self._txn_books: RoundBooks | None = None
 
     @property
     def name(self) -> str:
@@ -111,8 +120,8 @@ class FlowReplicator:
         attempt = 0
         while not self._stopping:
             try:
-                await check_exactly_once(self.flow, self.flow.properties)
-                await self._connect()
+                transactional = await check_exactly_once(self.flow, self.flow.properties)
+                await self._connect(transactional)
                 break
             except ConfigError as exc:  # retrying cannot help: say so once and stay stopped
                 await self._close_clients()
@@ -138,10 +147,17 @@ class FlowReplicator:
         assert self._clients is not None
         checker = TargetChecker(self._pumps, self._clients.target_consumer_kwargs,
                                 on_ack=self._on_ack, on_checked=self._wake_delivery)
-        self._delivery = DeliveryLoop(self._producer, self._pumps, fetch=self._fetch,
-                                      on_ack=self._on_ack,
-                                      on_failed=lambda _pump: checker.wake.set(),
-                                      poll_timeout_ms=self.flow.consumer_poll_timeout_ms)
+        if self._txn_books is not None:
+            self._delivery = TransactionalDelivery(
+                self._producer, self._pumps, fetch=self._fetch, on_ack=self._on_ack,
+                books=self._txn_books, recover=self._recover_transactional,
+                committed=self._committed, on_fenced=self._fenced,
+                poll_timeout_ms=self.flow.consumer_poll_timeout_ms)
+        else:
+            self._delivery = DeliveryLoop(self._producer, self._pumps, fetch=self._fetch,
+                                          on_ack=self._on_ack,
+                                          on_failed=lambda _pump: checker.wake.set(),
+                                          poll_timeout_ms=self.flow.consumer_poll_timeout_ms)
         self._tasks.append(asyncio.create_task(self._delivery.run(), name=f"{self.name} copy"))
         self._tasks.append(asyncio.create_task(checker.run(), name=f"{self.name} check"))
         self._tasks.append(asyncio.create_task(self._watch_loop(), name=f"{self.name} watch"))
@@ -150,9 +166,15 @@ class FlowReplicator:
                                                    name=f"{self.name} discovery"))
         log.info("%s: replicating (worker %s)", self.name, self.worker_id)
 
-    async def _connect(self) -> None:
+    async def _connect(self, transactional: bool = False) -> None:
         flow = self.flow
-        clients = self._clients = await FlowClients.open(flow, self.worker_id)
+        # Standalone, a flow has one owner whatever the worker id: any new replicator of
+        # the flow fences the previous one. Under a controller, the worker owns its set.
+        owner = "standalone" if self._discover else self.worker_id
+        txn_id = (transactional_id(flow.properties.get("mirrorline.deployment"), flow.name,
+                                   owner) if transactional else None)
+        clients = self._clients = await FlowClients.open(flow, self.worker_id,
+                                                         transactional_id=txn_id)
         self._consumer, self._producer = clients.consumer, clients.producer
         self.source_admin, self.target_admin = clients.source_admin, clients.target_admin
         books = self._books = await FlowBookkeeping.open(flow, self.policy, clients)
@@ -169,8 +191,17 @@ class FlowReplicator:
             self.name, consumer=clients.consumer, source_consumer=clients.source_consumer_kwargs,
             target_consumer=clients.target_consumer_kwargs, map_topic=map_topic,
             reset=flow.clients.source_consumer.get("auto.offset.reset", "earliest"),
-            syncs=syncs, match_tail=flow.properties.get(
+            # In exactly-once mode committed progress is exact: there is no tail to match.
+            syncs=syncs, match_tail=txn_id is None and flow.properties.get(
                 "mirrorline.resume.tail.match", "true").strip().lower() != "false")
+        if txn_id is not None:
+            books.committed_with_records = True
+            self._txn_books = RoundBooks(flow.source, map_topic)
+            if books.sync_sender is not None and flow.offset_syncs_topic_location == "target":
+                # Offset syncs on the target join each round's transaction.
+                self._txn_books.planner, self._txn_books.syncs_topic = (
+                    books.planner, books.sync_sender.topic)
+                books.sync_sender = None
         self._discovery = TopicDiscovery(flow, self.policy, source=clients.source_admin,
                                          target=clients.target_admin)
 
@@ -205,6 +236,22 @@ class FlowReplicator:
         if self._clients is not None and self._delivery is not None:
             self._producer = await reopen_producer(self.name, self._clients, self._delivery,
                                                    self._backoff)
+
+    async def _recover_transactional(self, failed: AIOKafkaProducer) -> AIOKafkaProducer:
+        assert self._clients is not None and self._delivery is not None
+        self._producer = await replace_transactional(self.name, self._clients, self._delivery,
+                                                     self._backoff, failed)
+        return self._producer
+
+    async def _committed(self, partitions: Collection[TopicPartition]
+                         ) -> dict[tuple[str, int], int]:
+        assert self._clients is not None
+        return await committed_progress(self.name, self._clients.target_consumer_kwargs,
+                                        self.flow.source, partitions, self._backoff)
+
+    def _fenced(self, reason: str) -> None:
+        self._producer = None
+        self.state, self.error = FlowState.ERROR, reason
 
     def _wake_delivery(self) -> None:
         if self._delivery is not None:
@@ -314,6 +361,7 @@ class FlowReplicator:
                              partition=tp.partition, next_offset=start.offset,
                              backoff=self._backoff)
         pump.target_end = start.point.target_end
+        pump.transactional = self._txn_books is not None
         if start.point.verdict is Verdict.STOP:
             pump.fail(start.point.message, logged=True)
         elif start.point.verdict is Verdict.FALLBACK:
@@ -409,6 +457,7 @@ class FlowReplicator:
             "messaging.destination.partition.id": str(pump.partition),
             "messaging.batch.message_count": len(records),
             "mirrorline.source.offset": records[0].offset, "mirrorline.target.offset": base})
+        link_records(span, records)
         span.end()
 
     def _lag(self, tp: TopicPartition, pump: PartitionPump) -> int | None:

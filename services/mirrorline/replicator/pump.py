@@ -101,6 +101,9 @@ class PartitionPump:
         self._unreadable = 0
         #: Records of a failed produce that may have landed; checked before re-sending.
         self.unverified: list[Record] | None = None
+        #: Batches commit in target transactions (`mirrorline.replicator.transactional`):
+        #: commit markers and aborted records occupy target offsets between batches.
+        self.transactional = False
 
     # -- fetch side -------------------------------------------------------------------
     def offer(self, records: list[Record]) -> None:
@@ -122,6 +125,11 @@ class PartitionPump:
     @property
     def in_flight(self) -> bool:
         return self._in_flight is not None
+
+    @property
+    def sending(self) -> Sequence[Record] | None:
+        """The records of the batch in flight."""
+        return self._in_flight
 
     @property
     def idle(self) -> bool:
@@ -243,7 +251,8 @@ class PartitionPump:
     def acknowledged(self, base_offset: int) -> Delivered:
         records = self._in_flight
         assert records is not None, "acknowledged() without a batch in flight"
-        if self.target_end is not None and base_offset > self.target_end:
+        if (self.target_end is not None and base_offset > self.target_end
+                and not self.transactional):
             # Only this pump writes here, in order: anything in between is a produce the
             # client re-sent after the broker had accepted it (or another writer).
             extra = base_offset - self.target_end
@@ -294,6 +303,27 @@ class PartitionPump:
             self._forced.appendleft(records)
             self.error = (f"retrying {len(records)} records from offset {records[0].offset} "
                           f"in {delay:.1f}s: {exc!r}")
+        log.warning("%s %s-%d: %s", self.flow, self.source_topic, self.partition, self.error)
+
+    def rolled_back(self, exc: BaseException, now: float) -> None:
+        """The transaction carrying the batch in flight was aborted (or never committed):
+        read_committed readers never see its copies and progress did not move, so the
+        same records are sent again, in a new transaction, after a backoff -- unchecked,
+        because the aborted copies on the target do not count."""
+        records = self._in_flight
+        assert records is not None, "rolled_back() without a batch in flight"
+        self._in_flight = None
+        if self.state is not PumpState.RUNNING:
+            return
+        if self._prepared is not None:
+            self._forced.appendleft(self._prepared[0])
+            self._prepared = None
+        self._forced.appendleft(records)
+        delay = self._backoff.delay(self._attempt)
+        self._attempt += 1
+        self._retry_at = now + delay
+        self.error = (f"transaction aborted; retrying {len(records)} records from offset "
+                      f"{records[0].offset} in {delay:.1f}s: {exc!r}")
         log.warning("%s %s-%d: %s", self.flow, self.source_topic, self.partition, self.error)
 
     def check_due(self, now: float) -> bool:

@@ -53,3 +53,13 @@ async def reopen_producer(flow: str, clients: FlowClients, delivery: DeliveryLoo
         delivery.producer = producer
         delivery.wake.set()
         return producer
+
+
+async def replace_transactional(flow: str, clients: FlowClients, delivery: DeliveryLoop,
+                                backoff: Backoff, failed: AIOKafkaProducer
+                                ) -> AIOKafkaProducer:
+    """Exactly-once mode, after a failed transaction: close `failed` at once and open a
+    producer with the same transactional id, whose InitProducerId makes the coordinator
+    finish (commit or abort) whatever `failed` left open before anything new is written."""
+    await abort_producer(failed, "transaction failed")
+    return await reopen_producer(flow, clients, delivery, backoff)

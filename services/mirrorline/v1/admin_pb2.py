@@ -27,9 +27,10 @@ from mirrorline.v1 import drift_pb2 as mirrorline_dot_v1_dot_drift__pb2
 from mirrorline.v1 import failover_pb2 as mirrorline_dot_v1_dot_failover__pb2
 from mirrorline.v1 import flows_pb2 as mirrorline_dot_v1_dot_flows__pb2
 from mirrorline.v1 import spark_pb2 as mirrorline_dot_v1_dot_spark__pb2
+from mirrorline.v1 import heartbeat_pb2 as mirrorline_dot_v1_dot_heartbeat__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19mirrorline/v1/admin.proto\x12\rmirrorline.v1\x1a\x19mirrorline/v1/audit.proto\x1a\x19mirrorline/v1/drift.proto\x1a\x1cmirrorline/v1/failover.proto\x1a\x19mirrorline/v1/flows.proto\x1a\x19mirrorline/v1/spark.proto\"\xa8\x01\n\x04\x46low\x12\x0c\n\x04name\x18\x01 \x01(\t\x12%\n\x04spec\x18\x02 \x01(\x0b\x32\x17.mirrorline.v1.FlowSpec\x12\x0e\n\x06paused\x18\x03 \x01(\x08\x12\'\n\x05state\x18\x04 \x01(\x0e\x32\x18.mirrorline.v1.FlowState\x12\r\n\x05\x65rror\x18\x05 \x01(\t\x12\x12\n\npartitions\x18\x06 \x01(\x05\x12\x0f\n\x07version\x18\x07 \x01(\x03\"\x12\n\x10ListFlowsRequest\"7\n\x11ListFlowsResponse\x12\"\n\x05\x66lows\x18\x01 \x03(\x0b\x32\x13.mirrorline.v1.Flow\"\x1b\n\x0b\x46lowRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\":\n\x11\x43reateFlowRequest\x12%\n\x04spec\x18\x01 \x01(\x0b\x32\x17.mirrorline.v1.FlowSpec\"\x94\x01\n\x11UpdateFlowRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x36\n\x03set\x18\x02 \x03(\x0b\x32).mirrorline.v1.UpdateFlowRequest.SetEntry\x12\r\n\x05unset\x18\x03 \x03(\t\x1a*\n\x08SetEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\"\n\x12\x44\x65leteFlowResponse\x12\x0c\n\x04name\x18\x01 \x01(\t\"=\n\x12ImportFlowsRequest\x12\x12\n\nproperties\x18\x01 \x01(\t\x12\x13\n\x0bsource_name\x18\x02 \x01(\t\"\\\n\x13ImportFlowsResponse\x12\x0f\n\x07\x63reated\x18\x01 \x03(\t\x12\x0f\n\x07updated\x18\x02 \x03(\t\x12\x11\n\tunchanged\x18\x03 \x03(\t\x12\x10\n\x08warnings\x18\x04 \x03(\t\" \n\x10GetStatusRequest\x12\x0c\n\x04\x66low\x18\x01 \x01(\t\"7\n\x12WatchStatusRequest\x12\x0c\n\x04\x66low\x18\x01 \x01(\t\x12\x13\n\x0binterval_ms\x18\x02 \x01(\x05\"\xc6\x01\n\x0b\x46lowSummary\x12\x0c\n\x04\x66low\x18\x01 \x01(\t\x12\'\n\x05state\x18\x02 \x01(\x0e\x32\x18.mirrorline.v1.FlowState\x12\r\n\x05\x65rror\x18\x03 \x01(\t\x12\x12\n\npartitions\x18\x04 \x01(\x05\x12\x13\n\x0blag_records\x18\x05 \x01(\x03\x12\x12\n\nmax_lag_ms\x18\x06 \x01(\x01\x12\x1a\n\x12records_per_second\x18\x07 \x01(\x01\x12\x18\n\x10\x62ytes_per_second\x18\x08 \x01(\x01\"\xac\x01\n\x0cStatusReport\x12\x17\n\x0fgenerated_at_ms\x18\x01 \x01(\x03\x12)\n\x05\x66lows\x18\x02 \x03(\x0b\x32\x1a.mirrorline.v1.FlowSummary\x12\x32\n\npartitions\x18\x03 \x03(\x0b\x32\x1e.mirrorline.v1.PartitionStatus\x12\x15\n\rcontroller_id\x18\x04 \x01(\t\x12\r\n\x05\x65poch\x18\x05 \x01(\x03\"\x14\n\x12ListWorkersRequest\"\x8f\x02\n\x06Worker\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\r\n\x05\x61live\x18\x03 \x01(\x08\x12\x19\n\x11last_heartbeat_ms\x18\x04 \x01(\x03\x12\x18\n\x10lease_expires_ms\x18\x05 \x01(\x03\x12\x18\n\x10\x62ytes_per_second\x18\x06 \x01(\x01\x12\x1a\n\x12records_per_second\x18\x07 \x01(\x01\x12\x34\n\npartitions\x18\x08 \x03(\x0b\x32 .mirrorline.v1.AssignedPartition\x12\x0c\n\x04kind\x18( \x01(\t\x12\x12\n\nui_address\x18) \x01(\t\x12\x0f\n\x07problem\x18* \x01(\t\"C\n\x11\x41ssignedPartition\x12\x0c\n\x04\x66low\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x11\n\tpartition\x18\x03 \x01(\x05\"=\n\x13ListWorkersResponse\x12&\n\x07workers\x18\x01 \x03(\x0b\x32\x15.mirrorline.v1.Worker2\xb9\x0e\n\x05\x41\x64min\x12N\n\tListFlows\x12\x1f.mirrorline.v1.ListFlowsRequest\x1a .mirrorline.v1.ListFlowsResponse\x12:\n\x07GetFlow\x12\x1a.mirrorline.v1.FlowRequest\x1a\x13.mirrorline.v1.Flow\x12\x43\n\nCreateFlow\x12 .mirrorline.v1.CreateFlowRequest\x1a\x13.mirrorline.v1.Flow\x12\x43\n\nUpdateFlow\x12 .mirrorline.v1.UpdateFlowRequest\x1a\x13.mirrorline.v1.Flow\x12<\n\tPauseFlow\x12\x1a.mirrorline.v1.FlowRequest\x1a\x13.mirrorline.v1.Flow\x12=\n\nResumeFlow\x12\x1a.mirrorline.v1.FlowRequest\x1a\x13.mirrorline.v1.Flow\x12K\n\nDeleteFlow\x12\x1a.mirrorline.v1.FlowRequest\x1a!.mirrorline.v1.DeleteFlowResponse\x12T\n\x0bImportFlows\x12!.mirrorline.v1.ImportFlowsRequest\x1a\".mirrorline.v1.ImportFlowsResponse\x12I\n\tGetStatus\x12\x1f.mirrorline.v1.GetStatusRequest\x1a\x1b.mirrorline.v1.StatusReport\x12O\n\x0bWatchStatus\x12!.mirrorline.v1.WatchStatusRequest\x1a\x1b.mirrorline.v1.StatusReport0\x01\x12T\n\x0bListWorkers\x12!.mirrorline.v1.ListWorkersRequest\x1a\".mirrorline.v1.ListWorkersResponse\x12\x63\n\x10TranslateOffsets\x12&.mirrorline.v1.TranslateOffsetsRequest\x1a\'.mirrorline.v1.TranslateOffsetsResponse\x12O\n\x0cPlanFailover\x12\".mirrorline.v1.PlanFailoverRequest\x1a\x1b.mirrorline.v1.FailoverPlan\x12W\n\x0f\x45xecuteFailover\x12%.mirrorline.v1.ExecuteFailoverRequest\x1a\x1d.mirrorline.v1.FailoverResult\x12U\n\x0e\x46\x61iloverToTime\x12$.mirrorline.v1.FailoverToTimeRequest\x1a\x1d.mirrorline.v1.FailoverResult\x12O\n\x0cPlanFailback\x12\".mirrorline.v1.PlanFailbackRequest\x1a\x1b.mirrorline.v1.FailbackPlan\x12W\n\x0f\x45xecuteFailback\x12%.mirrorline.v1.ExecuteFailbackRequest\x1a\x1d.mirrorline.v1.FailbackResult\x12\x62\n\x11OffloadPartitions\x12%.mirrorline.v1.PlacePartitionsRequest\x1a&.mirrorline.v1.PlacePartitionsResponse\x12\x62\n\x11ReclaimPartitions\x12%.mirrorline.v1.PlacePartitionsRequest\x1a&.mirrorline.v1.PlacePartitionsResponse\x12H\n\x07History\x12\x1d.mirrorline.v1.HistoryRequest\x1a\x1e.mirrorline.v1.HistoryResponse\x12\x41\n\x08GetDrift\x12\x1b.mirrorline.v1.DriftRequest\x1a\x18.mirrorline.v1.DriftPlan\x12O\n\nApplyDrift\x12 .mirrorline.v1.ApplyDriftRequest\x1a\x1f.mirrorline.v1.ApplyDriftResult\x12R\n\x0fGetDriftHistory\x12\".mirrorline.v1.DriftHistoryRequest\x1a\x1b.mirrorline.v1.DriftHistoryb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19mirrorline/v1/admin.proto\x12\rmirrorline.v1\x1a\x19mirrorline/v1/audit.proto\x1a\x19mirrorline/v1/drift.proto\x1a\x1cmirrorline/v1/failover.proto\x1a\x19mirrorline/v1/flows.proto\x1a\x19mirrorline/v1/spark.proto\x1a\x1dmirrorline/v1/heartbeat.proto\"\xa8\x01\n\x04\x46low\x12\x0c\n\x04name\x18\x01 \x01(\t\x12%\n\x04spec\x18\x02 \x01(\x0b\x32\x17.mirrorline.v1.FlowSpec\x12\x0e\n\x06paused\x18\x03 \x01(\x08\x12\'\n\x05state\x18\x04 \x01(\x0e\x32\x18.mirrorline.v1.FlowState\x12\r\n\x05\x65rror\x18\x05 \x01(\t\x12\x12\n\npartitions\x18\x06 \x01(\x05\x12\x0f\n\x07version\x18\x07 \x01(\x03\"\x12\n\x10ListFlowsRequest\"7\n\x11ListFlowsResponse\x12\"\n\x05\x66lows\x18\x01 \x03(\x0b\x32\x13.mirrorline.v1.Flow\"\x1b\n\x0b\x46lowRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\":\n\x11\x43reateFlowRequest\x12%\n\x04spec\x18\x01 \x01(\x0b\x32\x17.mirrorline.v1.FlowSpec\"\x94\x01\n\x11UpdateFlowRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x36\n\x03set\x18\x02 \x03(\x0b\x32).mirrorline.v1.UpdateFlowRequest.SetEntry\x12\r\n\x05unset\x18\x03 \x03(\t\x1a*\n\x08SetEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\"\n\x12\x44\x65leteFlowResponse\x12\x0c\n\x04name\x18\x01 \x01(\t\"=\n\x12ImportFlowsRequest\x12\x12\n\nproperties\x18\x01 \x01(\t\x12\x13\n\x0bsource_name\x18\x02 \x01(\t\"\\\n\x13ImportFlowsResponse\x12\x0f\n\x07\x63reated\x18\x01 \x03(\t\x12\x0f\n\x07updated\x18\x02 \x03(\t\x12\x11\n\tunchanged\x18\x03 \x03(\t\x12\x10\n\x08warnings\x18\x04 \x03(\t\" \n\x10GetStatusRequest\x12\x0c\n\x04\x66low\x18\x01 \x01(\t\"7\n\x12WatchStatusRequest\x12\x0c\n\x04\x66low\x18\x01 \x01(\t\x12\x13\n\x0binterval_ms\x18\x02 \x01(\x05\"\xc6\x01\n\x0b\x46lowSummary\x12\x0c\n\x04\x66low\x18\x01 \x01(\t\x12\'\n\x05state\x18\x02 \x01(\x0e\x32\x18.mirrorline.v1.FlowState\x12\r\n\x05\x65rror\x18\x03 \x01(\t\x12\x12\n\npartitions\x18\x04 \x01(\x05\x12\x13\n\x0blag_records\x18\x05 \x01(\x03\x12\x12\n\nmax_lag_ms\x18\x06 \x01(\x01\x12\x1a\n\x12records_per_second\x18\x07 \x01(\x01\x12\x18\n\x10\x62ytes_per_second\x18\x08 \x01(\x01\"\xd7\x01\n\x0cStatusReport\x12\x17\n\x0fgenerated_at_ms\x18\x01 \x01(\x03\x12)\n\x05\x66lows\x18\x02 \x03(\x0b\x32\x1a.mirrorline.v1.FlowSummary\x12\x32\n\npartitions\x18\x03 \x03(\x0b\x32\x1e.mirrorline.v1.PartitionStatus\x12\x15\n\rcontroller_id\x18\x04 \x01(\t\x12\r\n\x05\x65poch\x18\x05 \x01(\x03\x12)\n\x05\x61udit\x18\x06 \x03(\x0b\x32\x1a.mirrorline.v1.AuditTotals\"\x14\n\x12ListWorkersRequest\"\x8f\x02\n\x06Worker\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\r\n\x05\x61live\x18\x03 \x01(\x08\x12\x19\n\x11last_heartbeat_ms\x18\x04 \x01(\x03\x12\x18\n\x10lease_expires_ms\x18\x05 \x01(\x03\x12\x18\n\x10\x62ytes_per_second\x18\x06 \x01(\x01\x12\x1a\n\x12records_per_second\x18\x07 \x01(\x01\x12\x34\n\npartitions\x18\x08 \x03(\x0b\x32 .mirrorline.v1.AssignedPartition\x12\x0c\n\x04kind\x18( \x01(\t\x12\x12\n\nui_address\x18) \x01(\t\x12\x0f\n\x07problem\x18* \x01(\t\"C\n\x11\x41ssignedPartition\x12\x0c\n\x04\x66low\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x11\n\tpartition\x18\x03 \x01(\x05\"=\n\x13ListWorkersResponse\x12&\n\x07workers\x18\x01 \x03(\x0b\x32\x15.mirrorline.v1.Worker2\x8b\x10\n\x05\x41\x64min\x12N\n\tListFlows\x12\x1f.mirrorline.v1.ListFlowsRequest\x1a .mirrorline.v1.ListFlowsResponse\x12:\n\x07GetFlow\x12\x1a.mirrorline.v1.FlowRequest\x1a\x13.mirrorline.v1.Flow\x12\x43\n\nCreateFlow\x12 .mirrorline.v1.CreateFlowRequest\x1a\x13.mirrorline.v1.Flow\x12\x43\n\nUpdateFlow\x12 .mirrorline.v1.UpdateFlowRequest\x1a\x13.mirrorline.v1.Flow\x12<\n\tPauseFlow\x12\x1a.mirrorline.v1.FlowRequest\x1a\x13.mirrorline.v1.Flow\x12=\n\nResumeFlow\x12\x1a.mirrorline.v1.FlowRequest\x1a\x13.mirrorline.v1.Flow\x12K\n\nDeleteFlow\x12\x1a.mirrorline.v1.FlowRequest\x1a!.mirrorline.v1.DeleteFlowResponse\x12T\n\x0bImportFlows\x12!.mirrorline.v1.ImportFlowsRequest\x1a\".mirrorline.v1.ImportFlowsResponse\x12I\n\tGetStatus\x12\x1f.mirrorline.v1.GetStatusRequest\x1a\x1b.mirrorline.v1.StatusReport\x12O\n\x0bWatchStatus\x12!.mirrorline.v1.WatchStatusRequest\x1a\x1b.mirrorline.v1.StatusReport0\x01\x12T\n\x0bListWorkers\x12!.mirrorline.v1.ListWorkersRequest\x1a\".mirrorline.v1.ListWorkersResponse\x12\x63\n\x10TranslateOffsets\x12&.mirrorline.v1.TranslateOffsetsRequest\x1a\'.mirrorline.v1.TranslateOffsetsResponse\x12O\n\x0cPlanFailover\x12\".mirrorline.v1.PlanFailoverRequest\x1a\x1b.mirrorline.v1.FailoverPlan\x12W\n\x0f\x45xecuteFailover\x12%.mirrorline.v1.ExecuteFailoverRequest\x1a\x1d.mirrorline.v1.FailoverResult\x12U\n\x0e\x46\x61iloverToTime\x12$.mirrorline.v1.FailoverToTimeRequest\x1a\x1d.mirrorline.v1.FailoverResult\x12O\n\x0cPlanFailback\x12\".mirrorline.v1.PlanFailbackRequest\x1a\x1b.mirrorline.v1.FailbackPlan\x12W\n\x0f\x45xecuteFailback\x12%.mirrorline.v1.ExecuteFailbackRequest\x1a\x1d.mirrorline.v1.FailbackResult\x12\x62\n\x11OffloadPartitions\x12%.mirrorline.v1.PlacePartitionsRequest\x1a&.mirrorline.v1.PlacePartitionsResponse\x12\x62\n\x11ReclaimPartitions\x12%.mirrorline.v1.PlacePartitionsRequest\x1a&.mirrorline.v1.PlacePartitionsResponse\x12H\n\x07History\x12\x1d.mirrorline.v1.HistoryRequest\x1a\x1e.mirrorline.v1.HistoryResponse\x12I\n\x08Topology\x12\x1e.mirrorline.v1.TopologyRequest\x1a\x1d.mirrorline.v1.TopologyReport\x12\x43\n\x06\x43\x61nary\x12\x1c.mirrorline.v1.CanaryRequest\x1a\x1b.mirrorline.v1.CanaryReport\x12@\n\x05\x41udit\x12\x1b.mirrorline.v1.AuditRequest\x1a\x1a.mirrorline.v1.AuditReport\x12\x41\n\x08GetDrift\x12\x1b.mirrorline.v1.DriftRequest\x1a\x18.mirrorline.v1.DriftPlan\x12O\n\nApplyDrift\x12 .mirrorline.v1.ApplyDriftRequest\x1a\x1f.mirrorline.v1.ApplyDriftResult\x12R\n\x0fGetDriftHistory\x12\".mirrorline.v1.DriftHistoryRequest\x1a\x1b.mirrorline.v1.DriftHistoryb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,42 +39,42 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_UPDATEFLOWREQUEST_SETENTRY']._loaded_options = None
   _globals['_UPDATEFLOWREQUEST_SETENTRY']._serialized_options = b'8\001'
-  _globals['_FLOW']._serialized_start=183
-  _globals['_FLOW']._serialized_end=351
-  _globals['_LISTFLOWSREQUEST']._serialized_start=353
-  _globals['_LISTFLOWSREQUEST']._serialized_end=371
-  _globals['_LISTFLOWSRESPONSE']._serialized_start=373
-  _globals['_LISTFLOWSRESPONSE']._serialized_end=428
-  _globals['_FLOWREQUEST']._serialized_start=430
-  _globals['_FLOWREQUEST']._serialized_end=457
-  _globals['_CREATEFLOWREQUEST']._serialized_start=459
-  _globals['_CREATEFLOWREQUEST']._serialized_end=517
-  _globals['_UPDATEFLOWREQUEST']._serialized_start=520
-  _globals['_UPDATEFLOWREQUEST']._serialized_end=668
-  _globals['_UPDATEFLOWREQUEST_SETENTRY']._serialized_start=626
-  _globals['_UPDATEFLOWREQUEST_SETENTRY']._serialized_end=668
-  _globals['_DELETEFLOWRESPONSE']._serialized_start=670
-  _globals['_DELETEFLOWRESPONSE']._serialized_end=704
-  _globals['_IMPORTFLOWSREQUEST']._serialized_start=706
-  _globals['_IMPORTFLOWSREQUEST']._serialized_end=767
-  _globals['_IMPORTFLOWSRESPONSE']._serialized_start=769
-  _globals['_IMPORTFLOWSRESPONSE']._serialized_end=861
-  _globals['_GETSTATUSREQUEST']._serialized_start=863
-  _globals['_GETSTATUSREQUEST']._serialized_end=895
-  _globals['_WATCHSTATUSREQUEST']._serialized_start=897
-  _globals['_WATCHSTATUSREQUEST']._serialized_end=952
-  _globals['_FLOWSUMMARY']._serialized_start=955
-  _globals['_FLOWSUMMARY']._serialized_end=1153
-  _globals['_STATUSREPORT']._serialized_start=1156
-  _globals['_STATUSREPORT']._serialized_end=1328
-  _globals['_LISTWORKERSREQUEST']._serialized_start=1330
-  _globals['_LISTWORKERSREQUEST']._serialized_end=1350
-  _globals['_WORKER']._serialized_start=1353
-  _globals['_WORKER']._serialized_end=1624
-  _globals['_ASSIGNEDPARTITION']._serialized_start=1626
-  _globals['_ASSIGNEDPARTITION']._serialized_end=1693
-  _globals['_LISTWORKERSRESPONSE']._serialized_start=1695
-  _globals['_LISTWORKERSRESPONSE']._serialized_end=1756
-  _globals['_ADMIN']._serialized_start=1759
-  _globals['_ADMIN']._serialized_end=3608
+  _globals['_FLOW']._serialized_start=214
+  _globals['_FLOW']._serialized_end=382
+  _globals['_LISTFLOWSREQUEST']._serialized_start=384
+  _globals['_LISTFLOWSREQUEST']._serialized_end=402
+  _globals['_LISTFLOWSRESPONSE']._serialized_start=404
+  _globals['_LISTFLOWSRESPONSE']._serialized_end=459
+  _globals['_FLOWREQUEST']._serialized_start=461
+  _globals['_FLOWREQUEST']._serialized_end=488
+  _globals['_CREATEFLOWREQUEST']._serialized_start=490
+  _globals['_CREATEFLOWREQUEST']._serialized_end=548
+  _globals['_UPDATEFLOWREQUEST']._serialized_start=551
+  _globals['_UPDATEFLOWREQUEST']._serialized_end=699
+  _globals['_UPDATEFLOWREQUEST_SETENTRY']._serialized_start=657
+  _globals['_UPDATEFLOWREQUEST_SETENTRY']._serialized_end=699
+  _globals['_DELETEFLOWRESPONSE']._serialized_start=701
+  _globals['_DELETEFLOWRESPONSE']._serialized_end=735
+  _globals['_IMPORTFLOWSREQUEST']._serialized_start=737
+  _globals['_IMPORTFLOWSREQUEST']._serialized_end=798
+  _globals['_IMPORTFLOWSRESPONSE']._serialized_start=800
+  _globals['_IMPORTFLOWSRESPONSE']._serialized_end=892
+  _globals['_GETSTATUSREQUEST']._serialized_start=894
+  _globals['_GETSTATUSREQUEST']._serialized_end=926
+  _globals['_WATCHSTATUSREQUEST']._serialized_start=928
+  _globals['_WATCHSTATUSREQUEST']._serialized_end=983
+  _globals['_FLOWSUMMARY']._serialized_start=986
+  _globals['_FLOWSUMMARY']._serialized_end=1184
+  _globals['_STATUSREPORT']._serialized_start=1187
+  _globals['_STATUSREPORT']._serialized_end=1402
+  _globals['_LISTWORKERSREQUEST']._serialized_start=1404
+  _globals['_LISTWORKERSREQUEST']._serialized_end=1424
+  _globals['_WORKER']._serialized_start=1427
+  _globals['_WORKER']._serialized_end=1698
+  _globals['_ASSIGNEDPARTITION']._serialized_start=1700
+  _globals['_ASSIGNEDPARTITION']._serialized_end=1767
+  _globals['_LISTWORKERSRESPONSE']._serialized_start=1769
+  _globals['_LISTWORKERSRESPONSE']._serialized_end=1830
+  _globals['_ADMIN']._serialized_start=1833
+  _globals['_ADMIN']._serialized_end=3892
 # @@protoc_insertion_point(module_scope)

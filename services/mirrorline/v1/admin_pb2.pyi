@@ -12,6 +12,7 @@ from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
 from mirrorline.v1 import flows_pb2 as _flows_pb2
+from mirrorline.v1 import heartbeat_pb2 as _heartbeat_pb2
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -356,6 +357,7 @@ class StatusReport(_message.Message):
     PARTITIONS_FIELD_NUMBER: _builtins.int
     CONTROLLER_ID_FIELD_NUMBER: _builtins.int
     EPOCH_FIELD_NUMBER: _builtins.int
+    AUDIT_FIELD_NUMBER: _builtins.int
     generated_at_ms: _builtins.int
     controller_id: _builtins.str
     epoch: _builtins.int
@@ -363,6 +365,10 @@ class StatusReport(_message.Message):
     def flows(self) -> _containers.RepeatedCompositeFieldContainer[Global___FlowSummary]: ...
     @_builtins.property
     def partitions(self) -> _containers.RepeatedCompositeFieldContainer[_flows_pb2.PartitionStatus]: ...
+    @_builtins.property
+    def audit(self) -> _containers.RepeatedCompositeFieldContainer[_heartbeat_pb2.AuditTotals]:
+        """Audit totals per flow, from the heartbeat service (absent when none runs)."""
+
     def __init__(
         self,
         *,
@@ -371,10 +377,11 @@ class StatusReport(_message.Message):
         partitions: _abc.Iterable[_flows_pb2.PartitionStatus] | None = ...,
         controller_id: _builtins.str = ...,
         epoch: _builtins.int = ...,
+        audit: _abc.Iterable[_heartbeat_pb2.AuditTotals] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["controller_id", b"controller_id", "epoch", b"epoch", "flows", b"flows", "generated_at_ms", b"generated_at_ms", "partitions", b"partitions"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["audit", b"audit", "controller_id", b"controller_id", "epoch", b"epoch", "flows", b"flows", "generated_at_ms", b"generated_at_ms", "partitions", b"partitions"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -7,6 +7,7 @@ from mirrorline.v1 import admin_pb2 as mirrorline_dot_v1_dot_admin__pb2
 from mirrorline.v1 import audit_pb2 as mirrorline_dot_v1_dot_audit__pb2
 from mirrorline.v1 import drift_pb2 as mirrorline_dot_v1_dot_drift__pb2
 from mirrorline.v1 import failover_pb2 as mirrorline_dot_v1_dot_failover__pb2
+from mirrorline.v1 import heartbeat_pb2 as mirrorline_dot_v1_dot_heartbeat__pb2
 from mirrorline.v1 import spark_pb2 as mirrorline_dot_v1_dot_spark__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
@@ -137,6 +138,21 @@ class AdminStub:
                 '/mirrorline.v1.Admin/History',
                 request_serializer=mirrorline_dot_v1_dot_audit__pb2.HistoryRequest.SerializeToString,
                 response_deserializer=mirrorline_dot_v1_dot_audit__pb2.HistoryResponse.FromString,
+                _registered_method=True)
+        self.Topology = channel.unary_unary(
+                '/mirrorline.v1.Admin/Topology',
+                request_serializer=mirrorline_dot_v1_dot_heartbeat__pb2.TopologyRequest.SerializeToString,
+                response_deserializer=mirrorline_dot_v1_dot_heartbeat__pb2.TopologyReport.FromString,
+                _registered_method=True)
+        self.Canary = channel.unary_unary(
+                '/mirrorline.v1.Admin/Canary',
+                request_serializer=mirrorline_dot_v1_dot_heartbeat__pb2.CanaryRequest.SerializeToString,
+                response_deserializer=mirrorline_dot_v1_dot_heartbeat__pb2.CanaryReport.FromString,
+                _registered_method=True)
+        self.Audit = channel.unary_unary(
+                '/mirrorline.v1.Admin/Audit',
+                request_serializer=mirrorline_dot_v1_dot_heartbeat__pb2.AuditRequest.SerializeToString,
+                response_deserializer=mirrorline_dot_v1_dot_heartbeat__pb2.AuditReport.FromString,
                 _registered_method=True)
         self.GetDrift = channel.unary_unary(
                 '/mirrorline.v1.Admin/GetDrift',
@@ -288,6 +304,25 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Topology(self, request, context):
+        """Heartbeats, canary and audit: served by the heartbeat service (the controller forwards).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Canary(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Audit(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetDrift(self, request, context):
         """Topic configs, partitions and ACLs (see drift.proto); forwarded to the config-sync
         service.
@@ -410,6 +445,21 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.History,
                     request_deserializer=mirrorline_dot_v1_dot_audit__pb2.HistoryRequest.FromString,
                     response_serializer=mirrorline_dot_v1_dot_audit__pb2.HistoryResponse.SerializeToString,
+            ),
+            'Topology': grpc.unary_unary_rpc_method_handler(
+                    servicer.Topology,
+                    request_deserializer=mirrorline_dot_v1_dot_heartbeat__pb2.TopologyRequest.FromString,
+                    response_serializer=mirrorline_dot_v1_dot_heartbeat__pb2.TopologyReport.SerializeToString,
+            ),
+            'Canary': grpc.unary_unary_rpc_method_handler(
+                    servicer.Canary,
+                    request_deserializer=mirrorline_dot_v1_dot_heartbeat__pb2.CanaryRequest.FromString,
+                    response_serializer=mirrorline_dot_v1_dot_heartbeat__pb2.CanaryReport.SerializeToString,
+            ),
+            'Audit': grpc.unary_unary_rpc_method_handler(
+                    servicer.Audit,
+                    request_deserializer=mirrorline_dot_v1_dot_heartbeat__pb2.AuditRequest.FromString,
+                    response_serializer=mirrorline_dot_v1_dot_heartbeat__pb2.AuditReport.SerializeToString,
             ),
             'GetDrift': grpc.unary_unary_rpc_method_handler(
                     servicer.GetDrift,
@@ -967,6 +1017,87 @@ class Admin:
             '/mirrorline.v1.Admin/History',
             mirrorline_dot_v1_dot_audit__pb2.HistoryRequest.SerializeToString,
             mirrorline_dot_v1_dot_audit__pb2.HistoryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Topology(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mirrorline.v1.Admin/Topology',
+            mirrorline_dot_v1_dot_heartbeat__pb2.TopologyRequest.SerializeToString,
+            mirrorline_dot_v1_dot_heartbeat__pb2.TopologyReport.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Canary(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mirrorline.v1.Admin/Canary',
+            mirrorline_dot_v1_dot_heartbeat__pb2.CanaryRequest.SerializeToString,
+            mirrorline_dot_v1_dot_heartbeat__pb2.CanaryReport.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Audit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mirrorline.v1.Admin/Audit',
+            mirrorline_dot_v1_dot_heartbeat__pb2.AuditRequest.SerializeToString,
+            mirrorline_dot_v1_dot_heartbeat__pb2.AuditReport.FromString,
             options,
             channel_credentials,
             insecure,

@@ -13,6 +13,7 @@ from mirrorline.v1 import admin_pb2 as _admin_pb2
 from mirrorline.v1 import audit_pb2 as _audit_pb2
 from mirrorline.v1 import drift_pb2 as _drift_pb2
 from mirrorline.v1 import failover_pb2 as _failover_pb2
+from mirrorline.v1 import heartbeat_pb2 as _heartbeat_pb2
 from mirrorline.v1 import spark_pb2 as _spark_pb2
 import abc as _abc_1
 import grpc as _grpc
@@ -70,6 +71,10 @@ class AdminStub:
     ReclaimPartitions: _grpc.UnaryUnaryMultiCallable[_spark_pb2.PlacePartitionsRequest, _spark_pb2.PlacePartitionsResponse]
     History: _grpc.UnaryUnaryMultiCallable[_audit_pb2.HistoryRequest, _audit_pb2.HistoryResponse]
     """The audit trail: state-changing calls, newest last (see audit.proto)."""
+    Topology: _grpc.UnaryUnaryMultiCallable[_heartbeat_pb2.TopologyRequest, _heartbeat_pb2.TopologyReport]
+    """Heartbeats, canary and audit: served by the heartbeat service (the controller forwards)."""
+    Canary: _grpc.UnaryUnaryMultiCallable[_heartbeat_pb2.CanaryRequest, _heartbeat_pb2.CanaryReport]
+    Audit: _grpc.UnaryUnaryMultiCallable[_heartbeat_pb2.AuditRequest, _heartbeat_pb2.AuditReport]
     GetDrift: _grpc.UnaryUnaryMultiCallable[_drift_pb2.DriftRequest, _drift_pb2.DriftPlan]
     """Topic configs, partitions and ACLs (see drift.proto); forwarded to the config-sync
     service.
@@ -111,6 +116,10 @@ class AdminAsyncStub(AdminStub):
     ReclaimPartitions: _aio.UnaryUnaryMultiCallable[_spark_pb2.PlacePartitionsRequest, _spark_pb2.PlacePartitionsResponse]  # type: ignore[assignment]
     History: _aio.UnaryUnaryMultiCallable[_audit_pb2.HistoryRequest, _audit_pb2.HistoryResponse]  # type: ignore[assignment]
     """The audit trail: state-changing calls, newest last (see audit.proto)."""
+    Topology: _aio.UnaryUnaryMultiCallable[_heartbeat_pb2.TopologyRequest, _heartbeat_pb2.TopologyReport]  # type: ignore[assignment]
+    """Heartbeats, canary and audit: served by the heartbeat service (the controller forwards)."""
+    Canary: _aio.UnaryUnaryMultiCallable[_heartbeat_pb2.CanaryRequest, _heartbeat_pb2.CanaryReport]  # type: ignore[assignment]
+    Audit: _aio.UnaryUnaryMultiCallable[_heartbeat_pb2.AuditRequest, _heartbeat_pb2.AuditReport]  # type: ignore[assignment]
     GetDrift: _aio.UnaryUnaryMultiCallable[_drift_pb2.DriftRequest, _drift_pb2.DriftPlan]  # type: ignore[assignment]
     """Topic configs, partitions and ACLs (see drift.proto); forwarded to the config-sync
     service.
@@ -269,6 +278,28 @@ class AdminServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_audit_pb2.HistoryResponse, _abc.Awaitable[_audit_pb2.HistoryResponse]]:
         """The audit trail: state-changing calls, newest last (see audit.proto)."""
+
+    @_abc_1.abstractmethod
+    def Topology(
+        self,
+        request: _heartbeat_pb2.TopologyRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_heartbeat_pb2.TopologyReport, _abc.Awaitable[_heartbeat_pb2.TopologyReport]]:
+        """Heartbeats, canary and audit: served by the heartbeat service (the controller forwards)."""
+
+    @_abc_1.abstractmethod
+    def Canary(
+        self,
+        request: _heartbeat_pb2.CanaryRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_heartbeat_pb2.CanaryReport, _abc.Awaitable[_heartbeat_pb2.CanaryReport]]: ...
+
+    @_abc_1.abstractmethod
+    def Audit(
+        self,
+        request: _heartbeat_pb2.AuditRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_heartbeat_pb2.AuditReport, _abc.Awaitable[_heartbeat_pb2.AuditReport]]: ...
 
     @_abc_1.abstractmethod
     def GetDrift(

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 
 import grpc
 
-from mirrorline.controlplane.home import control_topics, home_clients, home_cluster
+from mirrorline.controlplane.join import open_control_log
 from mirrorline.controlplane.log import ControlLog
 from mirrorline.core.settings import MirrorSettings
 from mirrorline.grpcserver import ServiceServer
@@ -63,11 +63,8 @@ class SparkExecutorService:
                        [replicator_pb2.DESCRIPTOR.services_by_name["Replicator"].full_name])
         port = await self._grpc.start()
         await self.driver.start()
-        home = home_cluster(self.settings, self._targets)
-        consumer, _, _ = home_clients(self.settings, home, f"executor-{self.worker_id}")
-        self._control = ControlLog(consumer_kwargs=consumer,
-                                   topic=control_topics(self.settings)[0])
-        await self._control.start()
+        self._control = await open_control_log(self.settings, self._targets,
+                                               f"executor-{self.worker_id}")
         self.agent = SparkAgent(self.settings, self._control, worker_id=self.worker_id,
                                 address=self._advertise or f"127.0.0.1:{port}",
                                 driver=self.driver, metrics=metrics, workdir=self._workdir)

@@ -1,0 +1,267 @@
+"""The audit's state: one faust app per target cluster, its windows in a faust table.
+
+Faust binds an app to one cluster, and the audit of a flow reads two. So each target
+cluster gets one app, and the per-window summaries of *both* sides of every flow into it
+travel as small events through that app's events topic: the readers (plain aiokafka
+consumers, see `audit_reader`) summarise records, the app's single agent folds the
+summaries into the table and judges windows. Source data never moves; only counts and
+checksums cross over.
+
+Table entries are per flow, side, topic and partition: the next offset to read and the
+open windows' (count, checksum). The position and the sums live in one entry, so they
+change together: an event applies only if it starts where the entry's position stands.
+A replayed event (after a crash) or a stale one is ignored, and a reader that finds its
+event ignored re-reads from the table's position. This is what makes a restart exact
+even when table recovery comes back a few updates short (as on brokers whose
+ListOffsets answers short of the log end): the readers simply re-read those records.
+
+Verdicts go to the audit topic on the target, keyed by flow, topic, partition and
+window, so a verdict written twice (a window judged again after a recovery that lost the
+"judged" mark) replaces itself rather than counting twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import faust
+
+from mirrorline.core import record_audit as audit
+from mirrorline.core.record_audit import Side, WindowVerdict
+from mirrorline.core.settings import FlowSettings
+from mirrorline.kafka.admin import ClusterAdmin, TopicSpec
+
+log = logging.getLogger(__name__)
+
+#: Seconds between judging rounds.
+TICK_S = 0.5
+#: Longest wait for faust to stop (it stops within a second normally).
+STOP_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class AuditTopics:
+    events: str
+    changelog: str
+    results: str
+
+    @classmethod
+    def for_deployment(cls, deployment: str | None) -> AuditTopics:
+        prefix = f"mirrorline-{deployment}" if deployment else "mirrorline"
+        return cls(events=f"{prefix}-heartbeat-events.internal",
+                   changelog=f"{prefix}-heartbeat-audit-changelog.internal",
+                   results=f"{prefix}-audit.internal")
+
+
+def verdict_key(flow: str, topic: str, partition: int, start: int) -> str:
+    return f"{flow}|{topic}|{partition}|{start}"
+
+
+def verdict_value(flow: str, topic: str, partition: int, start: int, window_ms: int,
+                  verdict: WindowVerdict, judged_ms: int) -> dict[str, Any]:
+    return {"flow": flow, "topic": topic, "partition": partition, "window_start_ms": start,
+            "window_end_ms": start + window_ms, "verdict": verdict.verdict.value,
+            "count": verdict.count, "source_count": verdict.source_count,
+            "target_count": verdict.target_count, "reason": verdict.reason,
+            "judged_ms": judged_ms}
+
+
+def faust_credentials(client_kwargs: Mapping[str, Any]) -> Any:
+    """The target cluster's security (as translated for aiokafka) as faust credentials, so
+    the app connects the way every other client of that cluster does."""
+    protocol = client_kwargs.get("security_protocol", "PLAINTEXT")
+    context = client_kwargs.get("ssl_context")
+    if protocol == "SSL":
+        return faust.SSLCredentials(context)
+    if protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
+        mechanism = client_kwargs.get("sasl_mechanism", "PLAIN")
+        if mechanism == "GSSAPI":
+            return faust.GSSAPICredentials(
+                kerberos_service_name=client_kwargs.get("sasl_kerberos_service_name", "kafka"),
+                ssl_context=context, mechanism=mechanism)
+        return faust.SASLCredentials(username=client_kwargs.get("sasl_plain_username"),
+                                     password=client_kwargs.get("sasl_plain_password"),
+                                     ssl_context=context, mechanism=mechanism)
+    return None
+
+
+def _part_key(flow: str, side: str, part: str) -> str:
+    return f"{flow}|{side}|{part}"
+
+
+class AuditApp:
+    """The faust app of one target cluster and the flows into it."""
+
+    def __init__(self, target: str, bootstrap: str, flows: Mapping[str, FlowSettings], *,
+                 app_id: str, topics: AuditTopics, admin_kwargs: Mapping[str, Any],
+                 on_verdict: Callable[[str, dict[str, Any]], None],
+                 since_ms: int | None = None,
+                 client_kwargs: Mapping[str, Any] | None = None) -> None:
+        self.target = target
+        #: Audit windows from the first whole one after this time (on the very first start;
+        #: later starts keep the recorded first window).
+        self.since_ms = int(time.time() * 1000) if since_ms is None else since_ms
+        self.flows = dict(flows)
+        self.topics = topics
+        self._admin_kwargs = dict(admin_kwargs)
+        self._on_verdict = on_verdict
+        brokers = [f"kafka://{b.strip()}" for b in bootstrap.split(",") if b.strip()]
+        self.app = faust.App(
+            app_id, broker=brokers, web_enabled=False, store="memory://",
+            topic_partitions=1, producer_acks=-1, broker_session_timeout=6.0,
+            broker_heartbeat_interval=1.0, stream_wait_empty=False,
+            table_cleanup_interval=3600.0, autodiscover=False,
+            broker_credentials=faust_credentials(client_kwargs or {}))
+        self._events = self.app.topic(topics.events, value_serializer="json", partitions=1)
+        self._results = self.app.topic(topics.results, key_serializer="raw",
+                                       value_serializer="json", partitions=1)
+        changelog = self.app.topic(topics.changelog, partitions=1, compacting=True,
+                                   deleting=False, key_serializer="json",
+                                   value_serializer="json")
+        self.table = self.app.Table("audit", default=None, partitions=1,
+                                    changelog_topic=changelog)
+        self.app.agent(self._events, name=f"audit-{target}")(self._fold)
+        self.started = False
+        self._starting: asyncio.Task[None] | None = None
+        self._ticker: asyncio.Task[None] | None = None
+
+    async def create_topics(self) -> None:
+        """Create the app's topics ourselves (one partition each) before faust starts, so
+        no broker auto-creates them with its default partition count."""
+        admin = ClusterAdmin(self.target, self._admin_kwargs)
+        await asyncio.wait_for(admin.start(), 15)
+        try:
+            for spec in (TopicSpec(self.topics.events, 1, -1, {"retention.ms": "3600000"}),
+                         TopicSpec(self.topics.changelog, 1, -1, {"cleanup.policy": "compact"}),
+                         TopicSpec(self.topics.results, 1, -1, {"cleanup.policy": "compact"})):
+                await admin.ensure_topic(spec)
+        finally:
+            await admin.close()
+
+    async def start(self) -> None:
+        await self.create_topics()
+        self.app.finalize()
+        # Faust's start runs in a task of its own: interrupting it halfway (SIGTERM during the
+        # group join) leaves services behind that keep the process from exiting, so a stop
+        # lets it finish (bounded) and then stops the app properly.
+        self._starting = asyncio.create_task(self.app.start(), name=f"faust {self.target}")
+        await asyncio.shield(self._starting)
+        self.started = True
+        self._ticker = asyncio.create_task(self._tick(), name=f"audit ticks {self.target}")
+        for name, flow in list(self.flows.items()):
+            await self.add_flow(name, flow)
+
+    async def add_flow(self, name: str, flow: FlowSettings, since_ms: int | None = None
+                       ) -> None:
+        """Audit `name` too: windows from the first whole one after `since_ms` (default:
+        the app's), unless the table already records where this flow's audit began."""
+        self.flows[name] = flow
+        since = self.since_ms if since_ms is None else since_ms
+        first = audit.window_start(since, flow.audit.window_ms) + flow.audit.window_ms
+        await self.send({"kind": "init", "flow": name, "start": first})
+
+    async def stop(self) -> None:
+        if self._ticker is not None:
+            self._ticker.cancel()
+            await asyncio.gather(self._ticker, return_exceptions=True)
+        if self._starting is not None:
+            starting, self._starting, self.started = self._starting, None, False
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(starting), STOP_TIMEOUT_S)
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.app.stop(), STOP_TIMEOUT_S)
+
+    async def send(self, event: dict[str, Any]) -> None:
+        await self._events.send(value=event)
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_S)
+            await self.send({"kind": "tick"})
+
+    # -- what readers ask of the table (reading is allowed outside the agent) -------------
+    def first_window(self, flow: str) -> int | None:
+        value = self.table.get(f"start|{flow}")
+        return None if value is None else int(value)
+
+    def position(self, flow: str, side: str, part: str) -> int | None:
+        state = self.table.get(_part_key(flow, side, part))
+        return None if state is None else int(state["next"])
+
+    def late(self, flow: str) -> int:
+        prefix = f"{flow}|"
+        return sum(int(v["late"]) for k, v in list(self.table.items())
+                   if isinstance(k, str) and k.startswith(prefix) and isinstance(v, dict))
+
+    # -- the agent ----------------------------------------------------------------------
+    async def _fold(self, stream: Any) -> None:
+        async for event in stream:
+            try:
+                await self._apply(event)
+            except Exception:  # a bad event must not stop the audit
+                log.exception("audit %s: skipping event %r", self.target,
+                              json.dumps(event)[:200])
+
+    async def _apply(self, event: Mapping[str, Any]) -> None:
+        kind = event.get("kind")
+        if kind == "init":
+            key = f"start|{event['flow']}"
+            if self.table.get(key) is None:
+                self.table[key] = int(event["start"])
+        elif kind == "fold":
+            self._fold_parts(event)
+        elif kind == "tick":
+            await self._judge()
+
+    def _fold_parts(self, event: Mapping[str, Any]) -> None:
+        flow, side = str(event["flow"]), str(event["side"])
+        first = self.first_window(flow)
+        if first is None:
+            return
+        for part, data in event["parts"].items():
+            key = _part_key(flow, side, part)
+            state = self.table.get(key)
+            if state is None:
+                state = Side.new(int(data["from"]), first)
+            elif int(state["next"]) != int(data["from"]):
+                continue  # stale or replayed: the reader re-reads from state["next"]
+            Side.fold(state, data["d"], int(data["to"]), int(data["caught"]),
+                      int(data.get("late", 0)), int(data.get("truncated", -1)))
+            self.table[key] = state
+
+    async def _judge(self) -> None:
+        now = int(time.time() * 1000)
+        prefix_len = {}
+        for key in [k for k in list(self.table.keys()) if isinstance(k, str)]:
+            flow, _, rest = key.partition("|")
+            side, _, part = rest.partition("|")
+            if side != "source" or flow not in self.flows:
+                continue
+            prefix_len[(flow, part)] = True
+        for flow_name, part in prefix_len:
+            settings = self.flows[flow_name].audit
+            source = self.table.get(_part_key(flow_name, "source", part))
+            target = self.table.get(_part_key(flow_name, "target", part))
+            if source is None or target is None:
+                continue
+            starts = audit.closable(source, target, window_ms=settings.window_ms,
+                                    grace_ms=settings.grace_ms)
+            if not starts:
+                continue
+            topic, _, partition = part.rpartition("|")
+            for start in starts:
+                verdict = audit.close(source, target, start, settings.window_ms)
+                key = verdict_key(flow_name, topic, int(partition), start)
+                value = verdict_value(flow_name, topic, int(partition), start,
+                                      settings.window_ms, verdict, now)
+                await self._results.send(key=key.encode(), value=value)
+                self._on_verdict(key, value)
+            self.table[_part_key(flow_name, "source", part)] = source
+            self.table[_part_key(flow_name, "target", part)] = target

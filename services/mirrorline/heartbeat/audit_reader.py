@@ -1,0 +1,216 @@
+"""The audit's readers: one per flow and side, summarising records per window.
+
+The source reader reads the flow's mirrored source topics on the source cluster; the
+target reader reads their remote copies on the target. Neither trusts the other or the
+replicator: each computes counts and checksums of what *its* cluster holds. Each batch
+becomes one "fold" event to the flow's `AuditApp`, which applies it only if it starts at
+the table's position for that partition; the reader then waits until the table shows
+the event applied, and re-reads from the table's position if it does not.
+
+A side reports itself *caught up* (with the wall-clock time) for every partition whose
+position reached the high watermark of the latest fetch. A partition whose remote topic
+does not exist on the target (yet) is never caught up: its windows wait, unjudged, rather
+than being called MISSING while the replicator may still be creating the topic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from mirrorline.core import record_audit as audit
+from mirrorline.core.backoff import Backoff
+from mirrorline.core.filters import TopicFilter, should_replicate_topic
+from mirrorline.core.policy import make_policy
+from mirrorline.core.settings import FlowSettings
+from mirrorline.heartbeat.audit_app import AuditApp
+from mirrorline.kafka.metadata import partitions_by_topic
+
+log = logging.getLogger(__name__)
+
+FLUSH_S = 0.5
+APPLY_TIMEOUT_S = 15.0
+REFRESH_S = 5.0
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class FlowTopics:
+    """The flow's audited source topics and partition counts, found by the source reader."""
+
+    def __init__(self) -> None:
+        self.partitions: dict[str, int] = {}
+
+
+class AuditReader:
+    def __init__(self, flow: FlowSettings, side: Literal["source", "target"], app: AuditApp,
+                 topics: FlowTopics, consumer_kwargs: Mapping[str, Any]) -> None:
+        self.flow = flow
+        self.side = side
+        self.app = app
+        self.topics = topics
+        self.policy = make_policy(flow.policy, flow.source)
+        self._filter = TopicFilter(flow.topics, flow.topics_exclude)
+        kwargs = dict(consumer_kwargs)
+        kwargs.pop("group_id", None)
+        kwargs["enable_auto_commit"] = False
+        kwargs["auto_offset_reset"] = "earliest"
+        kwargs.setdefault("fetch_max_wait_ms", 200)
+        self._kwargs = kwargs
+        self.cluster = flow.source if side == "source" else flow.target
+        self.error: str | None = None
+        self.records = 0
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(),
+                                         name=f"audit {self.side} {self.flow.name}")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    def _remote(self, topic: str) -> str:
+        return topic if self.side == "source" else self.policy.format_remote_topic(
+            self.flow.source, topic)
+
+    async def _run(self) -> None:
+        backoff, attempt = Backoff(maximum=10.0), 0
+        while True:
+            consumer = AIOKafkaConsumer(**self._kwargs)
+            try:
+                await asyncio.wait_for(consumer.start(), 15)
+                if self.error:
+                    log.info("audit %s: %s cluster %r reachable again", self.flow.name,
+                             self.side, self.cluster)
+                self.error, attempt = None, 0
+                await self._read(consumer)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                reason = f"{self.side} cluster {self.cluster!r} unreachable: {exc!r}"
+                if reason != self.error:
+                    log.warning("audit %s: %s; retrying", self.flow.name, reason)
+                self.error = reason
+                await asyncio.sleep(backoff.delay(attempt))
+                attempt += 1
+            finally:
+                with contextlib.suppress(Exception):
+                    await consumer.stop()
+
+    async def _discover(self, consumer: AIOKafkaConsumer) -> dict[str, int]:
+        """Source topic -> partitions this side reads (target: those that exist there)."""
+        if self.side == "source":
+            cluster = await consumer._client.fetch_all_metadata()
+            found = {t: len(cluster.partitions_for_topic(t) or ())
+                     for t in cluster.topics()
+                     if not self.policy.is_heartbeats_topic(t) and should_replicate_topic(
+                         t, policy=self.policy, topic_filter=self._filter,
+                         target_alias=self.flow.target,
+                         heartbeats_replication_enabled=False)}
+            self.topics.partitions = {t: n for t, n in found.items() if n}
+            return dict(self.topics.partitions)
+        remote = await partitions_by_topic(consumer, [self._remote(t)
+                                                      for t in self.topics.partitions])
+        return {t: len(remote.get(self._remote(t), [])) for t in self.topics.partitions}
+
+    async def _read(self, consumer: AIOKafkaConsumer) -> None:
+        flow = self.flow.name
+        while True:  # the app's agent records the flow's first window shortly after start
+            first = self.app.first_window(flow)
+            if first is not None:
+                break
+            await asyncio.sleep(0.2)
+        window = self.flow.audit.window_ms
+        loop = asyncio.get_running_loop()
+        readable: dict[str, int] = {}
+        expected: dict[TopicPartition, int] = {}
+        part_of: dict[TopicPartition, str] = {}
+        next_refresh = 0.0
+        while True:
+            if loop.time() >= next_refresh:
+                readable = await asyncio.wait_for(self._discover(consumer), 30)
+                tps = {TopicPartition(self._remote(t), p): f"{t}|{p}"
+                       for t, n in readable.items() for p in range(n)}
+                if set(tps) != set(part_of):
+                    part_of = tps
+                    consumer.assign(sorted(tps))
+                    expected = self._seek(consumer, part_of)
+                next_refresh = loop.time() + REFRESH_S
+            deltas: dict[TopicPartition, dict[str, list[int]]] = {}
+            truncated: dict[TopicPartition, int] = {}
+            deadline = loop.time() + FLUSH_S
+            if not part_of:  # nothing to read (yet): a fetch would wait for an assignment
+                await asyncio.sleep(FLUSH_S)
+            while part_of and loop.time() < deadline:
+                batches = await consumer.getmany(timeout_ms=100, max_records=20000)
+                for tp, records in batches.items():
+                    d = deltas.setdefault(tp, {})
+                    for record in records:
+                        if record.offset > expected.get(tp, 0) and tp not in truncated:
+                            truncated[tp] = record.timestamp
+                        expected[tp] = record.offset + 1
+                        if record.timestamp < first:
+                            continue
+                        audit.accumulate(d, record.timestamp, audit.record_digest(
+                            record.key, record.value, record.headers, record.timestamp),
+                            window)
+                        self.records += 1
+                if not batches:
+                    break
+            await self._flush(consumer, part_of, deltas, truncated, expected)
+
+    def _seek(self, consumer: AIOKafkaConsumer,
+              part_of: Mapping[TopicPartition, str]) -> dict[TopicPartition, int]:
+        expected: dict[TopicPartition, int] = {}
+        for tp, part in part_of.items():
+            position = self.app.position(self.flow.name, self.side, part) or 0
+            consumer.seek(tp, position)
+            expected[tp] = position
+        return expected
+
+    async def _flush(self, consumer: AIOKafkaConsumer, part_of: Mapping[TopicPartition, str],
+                     deltas: Mapping[TopicPartition, dict[str, list[int]]],
+                     truncated: Mapping[TopicPartition, int],
+                     expected: dict[TopicPartition, int]) -> None:
+        now = _now_ms()
+        parts: dict[str, dict[str, Any]] = {}
+        for tp, part in part_of.items():
+            start = self.app.position(self.flow.name, self.side, part)
+            position = expected.get(tp, 0)
+            high = consumer.highwater(tp)
+            caught = now if high is not None and position >= high else -1
+            if start is None:
+                start = 0
+            if position == start and not deltas.get(tp) and caught < 0:
+                continue
+            parts[part] = {"from": start, "to": position, "d": deltas.get(tp, {}),
+                           "caught": caught, "truncated": truncated.get(tp, -1)}
+        if not parts:
+            return
+        await self.app.send({"kind": "fold", "flow": self.flow.name, "side": self.side,
+                             "parts": parts})
+        if not await self._applied(parts):
+            log.info("audit %s %s: state moved elsewhere; re-reading from the table's "
+                     "positions", self.flow.name, self.side)
+            expected.update(self._seek(consumer, part_of))
+
+    async def _applied(self, parts: Mapping[str, Mapping[str, Any]]) -> bool:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + APPLY_TIMEOUT_S
+        while loop.time() < deadline:
+            done = all(self.app.position(self.flow.name, self.side, part) == data["to"]
+                       for part, data in parts.items())
+            if done:
+                return True
+            await asyncio.sleep(0.02)
+        return False

@@ -1,0 +1,101 @@
+"""MM2 heartbeats: every interval, one record per cluster pair into the target's
+`heartbeats` topic (spec §2.2, §6).
+
+As MM2's dedicated mode does, a pair emits whether or not its flow replicates: for an
+enabled flow A->B, the heartbeats of pair B->A land in A's `heartbeats`, and the A->B
+flow carries them to B as `A.heartbeats`, proving that path. The topic is created
+compacted with one partition; records are keyed (source alias, target alias), so
+compaction keeps the newest heartbeat of each pair.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+
+from mirrorline.core.backoff import Backoff
+from mirrorline.core.settings import FlowSettings
+from mirrorline.core.wire import Heartbeat
+from mirrorline.kafka.admin import ClusterAdmin, TopicSpec
+
+log = logging.getLogger(__name__)
+
+
+class HeartbeatEmitter:
+    """Heartbeats of every pair that targets one cluster."""
+
+    def __init__(self, alias: str, pairs: Sequence[FlowSettings], *,
+                 producer_kwargs: Mapping[str, Any], admin_kwargs: Mapping[str, Any],
+                 topic: str) -> None:
+        self.alias = alias
+        self.pairs = list(pairs)
+        self.topic = topic
+        self._producer_kwargs = dict(producer_kwargs)
+        self._admin_kwargs = dict(admin_kwargs)
+        self._task: asyncio.Task[None] | None = None
+        self.error: str | None = None
+        self.sent = 0
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name=f"heartbeats to {self.alias}")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _run(self) -> None:
+        backoff, attempt = Backoff(maximum=10.0), 0
+        while True:
+            producer: AIOKafkaProducer | None = None
+            try:
+                admin = ClusterAdmin(self.alias, self._admin_kwargs)
+                await asyncio.wait_for(admin.start(), 15)
+                try:
+                    factor = max(p.heartbeats_topic_replication_factor for p in self.pairs)
+                    await admin.ensure_topic(TopicSpec(
+                        self.topic, 1, factor, {"cleanup.policy": "compact"}))
+                finally:
+                    await admin.close()
+                producer = AIOKafkaProducer(**self._producer_kwargs)
+                await asyncio.wait_for(producer.start(), 15)
+                if self.error:
+                    log.info("heartbeats to %s: cluster reachable again", self.alias)
+                self.error, attempt = None, 0
+                await self._emit(producer)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                reason = f"cluster {self.alias!r} unreachable for heartbeats: {exc!r}"
+                if reason != self.error:
+                    log.warning("%s; retrying", reason)
+                self.error = reason
+                await asyncio.sleep(backoff.delay(attempt))
+                attempt += 1
+            finally:
+                if producer is not None:
+                    with contextlib.suppress(Exception):
+                        await producer.stop()
+
+    async def _emit(self, producer: AIOKafkaProducer) -> None:
+        """Each pair on its own interval; the first heartbeat one interval after start."""
+        loop = asyncio.get_running_loop()
+        due = {p.name: loop.time() + p.emit_heartbeats_interval_s for p in self.pairs}
+        while True:
+            now = loop.time()
+            ready = [p for p in self.pairs if due[p.name] <= now]
+            for pair in ready:
+                stamp = int(time.time() * 1000)
+                beat = Heartbeat(pair.source, pair.target, stamp)
+                await producer.send_and_wait(self.topic, beat.encode_value(),
+                                             key=beat.encode_key(), partition=0,
+                                             timestamp_ms=stamp)
+                self.sent += 1
+                due[pair.name] = now + pair.emit_heartbeats_interval_s
+            await asyncio.sleep(max(0.01, min(due.values()) - loop.time()))

@@ -1,0 +1,466 @@
+"""The heartbeat service end to end: real brokers, real replicator and heartbeat processes.
+
+Three clusters of their own (alpha -> bravo -> charlie), so that the fixed-name topics the
+service writes (`heartbeats`, `mirrorline-canary`) never reach the shared clusters. One
+chain of processes serves every test of the module, in order:
+
+* topology: charlie sees alpha two hops up (via bravo), with fresh heartbeats;
+* canary: latency within the SLO while the flow mirrors;
+* audit: every closed window of a normally mirrored topic is OK; a second topic is
+  "mirrored" by the test itself, with a record dropped, one duplicated and one altered
+  (a dropping, duplicating, corrupting mirror), which gives MISSING 1, DUPLICATED 1 and
+  CORRUPTED; a duplicate written directly into the real remote topic gives DUPLICATED 1;
+* restart: the heartbeat service is killed with SIGKILL and restarted; its windows
+  resume, no verdict is lost and none is listed twice;
+* stopping the alpha->bravo replicator makes the canary VIOLATED and the alpha paths
+  stale on bravo and charlie.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from helpers import Record, consume_all, create_topic, produce, wait_for
+from procs import ServiceProcess, deployment, deployment_config, free_port, mm2_config
+
+from mirrorline.client import heartbeat_paths
+from mirrorline.dev.brokers import LocalBroker, start_broker, stop_broker_async
+from mirrorline.v1 import admin_pb2_grpc, heartbeat_pb2
+
+pytestmark = pytest.mark.integration
+
+WINDOW_MS = 1000
+GRACE_MS = 5000  # how long the audit waits for the mirror: ample on a loaded machine
+SLO_MS = 5000
+
+
+@dataclass
+class Chain:
+    brokers: Mapping[str, LocalBroker]
+    tmp: Path
+    topic: str          # mirrored by the replicator
+    faked: str          # "mirrored" by the test
+    config: Path        # the heartbeat service's view: both topics
+    heartbeat: ServiceProcess
+    replicators: dict[str, ServiceProcess]
+
+    def bootstrap(self, alias: str) -> str:
+        return self.brokers[alias].bootstrap
+
+    def stub(self) -> admin_pb2_grpc.AdminStub:
+        return admin_pb2_grpc.AdminStub(self.heartbeat.channel)
+
+    async def start_heartbeat(self) -> None:
+        port, metrics = free_port(), free_port()
+        self.heartbeat = ServiceProcess(
+            ["heartbeat", "--config", str(self.config), "--grpc-port", str(port),
+             "--metrics-port", str(metrics)], grpc_port=port, metrics_port=metrics,
+            log_path=self.tmp / "heartbeat.log")
+        await self.heartbeat.start()
+        await self.heartbeat.wait_serving(60)
+
+    async def topology(self, cluster: str) -> heartbeat_pb2.ClusterTopology:
+        report = await self.stub().Topology(heartbeat_pb2.TopologyRequest(cluster=cluster),
+                                            timeout=10)
+        [view] = report.clusters
+        return view
+
+    async def canary(self, flow: str) -> heartbeat_pb2.FlowCanaryStatus:
+        report = await self.stub().Canary(heartbeat_pb2.CanaryRequest(flow=flow), timeout=10)
+        [status] = report.flows
+        return status
+
+    async def audit(self, flow: str, topic: str = "") -> heartbeat_pb2.AuditReport:
+        report: heartbeat_pb2.AuditReport = await self.stub().Audit(
+            heartbeat_pb2.AuditRequest(flow=flow, topic=topic), timeout=10)
+        return report
+
+
+def metric(text: str, name: str, **labels: str) -> float | None:
+    """The value of the sample of `name` whose labels include `labels`, from /metrics."""
+    for line in text.splitlines():
+        found = re.fullmatch(rf"{name}\{{(.*)\}} (\S+)", line)
+        if found and all(f'{k}="{v}"' in found.group(1) for k, v in labels.items()):
+            return float(found.group(2))
+    return None
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "mirrorline", *args], capture_output=True,
+                          text=True, timeout=60, check=False)
+
+
+@pytest.fixture(scope="module")
+async def chain(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Chain]:
+    tmp = tmp_path_factory.mktemp("heartbeat")
+    brokers = dict(zip(("alpha", "bravo", "charlie"), await asyncio.gather(
+        *(start_broker(alias, log_dir=tmp) for alias in ("alpha", "bravo", "charlie"))),
+        strict=True))
+    topic, faked = "orders", "payments"
+    await create_topic(brokers["alpha"].bootstrap, topic, 2)
+    await create_topic(brokers["alpha"].bootstrap, faked, 3)
+    await create_topic(brokers["bravo"].bootstrap, f"alpha.{faked}", 3)
+    common = {"refresh_topics_interval_seconds": "1", "emit_heartbeats_interval_seconds": "1",
+              "canary_interval_ms": "250", "canary_latency_slo_ms": str(SLO_MS),
+              "audit_window_ms": str(WINDOW_MS), "audit_grace_ms": str(GRACE_MS)}
+    # The replicators copy `orders` only; the heartbeat service audits both topics.
+    mirrored = mm2_config(brokers, {"alpha->bravo": {"topics": topic},
+                                    "bravo->charlie": {"topics": topic}}, **common)
+    audited = mm2_config(brokers, {"alpha->bravo": {"topics": f"{topic}, {faked}"},
+                                   "bravo->charlie": {"topics": topic}}, **common)
+    (tmp / "mirrored.properties").write_text(mirrored)
+    config = tmp / "audited.properties"
+    config.write_text(audited)
+    replicators: dict[str, ServiceProcess] = {}
+    chain = Chain(brokers, tmp, topic, faked, config, None, replicators)  # type: ignore[arg-type]
+    try:
+        for target in ("bravo", "charlie"):
+            port = free_port()
+            proc = ServiceProcess(
+                ["replicator", "--config", str(tmp / "mirrored.properties"), "--clusters",
+                 target, "--grpc-port", str(port), "--metrics-port", "-1", "--worker-id",
+                 f"to-{target}"], grpc_port=port, log_path=tmp / f"replicator-{target}.log")
+            await proc.start()
+            replicators[target] = proc
+        await asyncio.gather(*(p.wait_serving(60) for p in replicators.values()))
+        await chain.start_heartbeat()
+        yield chain
+    finally:
+        for proc in [*replicators.values(), *([chain.heartbeat] if chain.heartbeat else [])]:
+            with contextlib.suppress(Exception):
+                await proc.close()
+        await asyncio.gather(*(stop_broker_async(b.pid) for b in brokers.values()))
+
+
+async def test_topology_shows_alpha_two_hops_up_from_charlie(chain: Chain) -> None:
+    # Someone else's record in a heartbeat topic and in the remote canary: reported once
+    # (topic, partition, offset) and skipped.
+    [garbage] = await produce(chain.bootstrap("alpha"), "heartbeats",
+                              [Record(b"\x01", key=b"not a heartbeat", partition=0)])
+    await consume_all(chain.bootstrap("bravo"), "alpha.mirrorline-canary", expected=1)
+    [bad_canary] = await produce(chain.bootstrap("bravo"), "alpha.mirrorline-canary",
+                                 [Record(b"junk", partition=0)])
+
+    async def two_hops() -> bool:
+        view = await chain.topology("charlie")
+        return any(list(p.route) == ["alpha", "bravo"] and not p.stale for p in view.paths)
+
+    await wait_for(two_hops, 60, "charlie never saw fresh heartbeats from alpha via bravo")
+    view = await chain.topology("charlie")
+    assert set(view.upstream) == {"alpha", "bravo"}
+    hops = {p.route[0]: p.hops for p in view.paths if not p.stale}
+    assert hops == {"alpha": 2, "bravo": 1}
+    shown = cli("admin", "--server", f"127.0.0.1:{chain.heartbeat.grpc_port}", "topology",
+                "--cluster", "charlie")
+    assert shown.returncode == 0, shown.stderr
+    line = next(ln for ln in shown.stdout.splitlines() if "alpha -> bravo -> charlie" in ln)
+    assert line.split()[1:3] == ["alpha", "2"] and line.rstrip().endswith("ok")
+
+    # mirrorline.client gives the same reading, straight from the cluster.
+    paths = await heartbeat_paths({"bootstrap.servers": chain.bootstrap("charlie")},
+                                  "charlie")
+    assert {(p.origin, p.hops, p.stale) for p in paths} == {("alpha", 2, False),
+                                                             ("bravo", 1, False)}
+
+    async def reported() -> bool:
+        log = chain.heartbeat.log_tail(10_000)
+        return (f"topic alpha.heartbeats partition 0 offset {garbage.offset}" in log
+                and f"topic alpha.mirrorline-canary partition 0 offset {bad_canary.offset}"
+                in log)
+
+    await wait_for(reported, 30, "malformed records were not reported")
+    log = chain.heartbeat.log_tail(10_000)
+    assert log.count(f"topic alpha.heartbeats partition 0 offset {garbage.offset}:") == 1
+    assert log.count(f"alpha.mirrorline-canary partition 0 offset {bad_canary.offset}:") == 1
+
+
+async def test_canary_within_the_slo_while_mirroring(chain: Chain) -> None:
+    async def ok() -> bool:
+        return (await chain.canary("alpha->bravo")).health == "OK"
+
+    await wait_for(ok, 60, "the alpha->bravo canary never reported OK")
+    status = await chain.canary("alpha->bravo")
+    assert 0 <= status.p50_ms <= status.p99_ms <= status.max_ms <= SLO_MS
+    assert status.samples > 0 and status.lost == 0 and status.duplicated == 0
+    assert status.topic == "alpha.mirrorline-canary"
+    # One partition per source broker (alpha has one), each with its own latency.
+    assert [p.partition for p in status.by_partition] == [0] and status.partitions == 1
+    metrics = await chain.heartbeat.scrape()
+    for name in ("canary_latency_ms_p50{", "canary_latency_ms_p99{", "canary_health{",
+                 "heartbeat_age_ms{"):
+        assert name in metrics, name
+    assert metric(metrics, "canary_health", source="alpha", target="bravo") == 1.0  # OK
+
+
+def _verdicts(report: heartbeat_pb2.AuditReport) -> dict[tuple[int, int], str]:
+    return {(w.partition, w.window_start_ms): f"{w.verdict} {w.count}" if w.count
+            else w.verdict for w in report.windows}
+
+
+async def test_audit_ok_while_mirroring_and_faults_with_counts(chain: Chain) -> None:
+    alpha, bravo = chain.bootstrap("alpha"), chain.bootstrap("bravo")
+    # A window a few seconds ahead, so that the audit (started already) covers it whole.
+    base = (int(time.time() * 1000) // WINDOW_MS + 3) * WINDOW_MS
+    mirrored = [Record(f"m{i}".encode(), key=f"k{i}".encode(), partition=i % 2,
+                       headers=[("h", b"1")], timestamp_ms=base + i) for i in range(20)]
+    await produce(alpha, chain.topic, mirrored)
+    # A duplicate written straight into the real remote topic, in a window of its own.
+    extra = Record(b"dup", key=b"kd", partition=0, timestamp_ms=base + 2 * WINDOW_MS)
+    await produce(alpha, chain.topic, [extra])
+    await consume_all(bravo, f"alpha.{chain.topic}", expected=1)  # mirroring runs
+    await produce(bravo, f"alpha.{chain.topic}", [extra])
+
+    # The test's own faulty "mirror" of the second topic.
+    source = [Record(f"p{p}-{i}".encode(), key=f"k{i}".encode(), partition=p,
+                     timestamp_ms=base + 10 * p + i) for p in range(3) for i in range(5)]
+    await produce(alpha, chain.faked, source)
+    copy = [r for r in source if (r.partition, r.value) != (0, b"p0-3")]          # dropped
+    copy.append(next(r for r in source if r.partition == 1))                       # repeated
+    copy = [Record(b"altered", key=r.key, partition=r.partition, timestamp_ms=r.timestamp_ms)
+            if (r.partition, r.value) == (2, b"p2-4") else r for r in copy]        # altered
+    await produce(bravo, f"alpha.{chain.faked}", copy)
+
+    async def judged() -> bool:
+        real = _verdicts(await chain.audit("alpha->bravo", chain.topic))
+        fake = _verdicts(await chain.audit("alpha->bravo", chain.faked))
+        return {(0, base), (1, base), (0, base + 2 * WINDOW_MS)} <= set(real) and \
+            {(0, base), (1, base), (2, base)} <= set(fake)
+
+    await wait_for(judged, 90, "the audit never judged the test's windows")
+    real = _verdicts(await chain.audit("alpha->bravo", chain.topic))
+    assert real[(0, base)] == "OK" and real[(1, base)] == "OK"
+    assert real[(0, base + 2 * WINDOW_MS)] == "DUPLICATED 1"
+    fake = _verdicts(await chain.audit("alpha->bravo", chain.faked))
+    assert fake == {(0, base): "MISSING 1", (1, base): "DUPLICATED 1", (2, base): "CORRUPTED"}
+    # Everything else the audit judged on the mirrored topic (canary, heartbeats) is OK.
+    others = {k: v for k, v in real.items() if k != (0, base + 2 * WINDOW_MS)}
+    assert set(others.values()) == {"OK"}
+
+    shown = cli("admin", "--server", f"127.0.0.1:{chain.heartbeat.grpc_port}", "audit",
+                "alpha->bravo", "--topic", chain.faked, "--output", "json")
+    assert shown.returncode == 0, shown.stderr
+    windows = json.loads(shown.stdout)["windows"]
+    assert sorted(w["verdict"] for w in windows) == ["CORRUPTED", "DUPLICATED", "MISSING"]
+    totals = (await chain.audit("alpha->bravo")).totals
+    # Duplicates: one in `orders`, one in `payments`, and the junk record the topology
+    # test wrote straight into the remote canary topic.
+    assert totals.missing_records == 1 and totals.duplicated_records == 3
+    metrics = await chain.heartbeat.scrape()
+    assert metric(metrics, "audit_windows_total", source="alpha", target="bravo",
+                  verdict="CORRUPTED") == 1.0
+
+
+async def test_sigkill_and_restart_resumes_windows_without_loss_or_repeats(chain: Chain
+                                                                          ) -> None:
+    alpha = chain.bootstrap("alpha")
+    before = (await chain.audit("alpha->bravo", chain.topic)).windows
+    judged_before = {(w.partition, w.window_start_ms) for w in before}
+    await chain.heartbeat.signal(signal.SIGKILL)
+    await chain.heartbeat.wait()
+    await chain.heartbeat.close()
+    # Records written while the service is down, in windows it has not judged.
+    base = (int(time.time() * 1000) // WINDOW_MS + 1) * WINDOW_MS
+    during = [Record(f"d{i}".encode(), partition=i % 2, timestamp_ms=base + i)
+              for i in range(10)]
+    await produce(alpha, chain.topic, during)
+    await chain.start_heartbeat()
+    after_base = (int(time.time() * 1000) // WINDOW_MS + 2) * WINDOW_MS
+    later = [Record(f"a{i}".encode(), partition=i % 2, timestamp_ms=after_base + i)
+             for i in range(10)]
+    await produce(alpha, chain.topic, later)
+
+    async def resumed() -> bool:
+        got = _verdicts(await chain.audit("alpha->bravo", chain.topic))
+        return all((p, b) in got for p in (0, 1) for b in (base, after_base))
+
+    await wait_for(resumed, 90, "windows after the restart were never judged")
+    windows = (await chain.audit("alpha->bravo", chain.topic)).windows
+    keys = [(w.partition, w.window_start_ms) for w in windows]
+    assert len(keys) == len(set(keys)), "a window is listed twice"
+    assert judged_before <= set(keys), "a verdict from before the kill was lost"
+    got = _verdicts(await chain.audit("alpha->bravo", chain.topic))
+    for p in (0, 1):
+        assert got[(p, base)] == "OK" and got[(p, after_base)] == "OK"
+
+
+async def test_stopped_flow_violates_the_canary_and_stales_its_paths(chain: Chain) -> None:
+    await chain.replicators["bravo"].close()
+
+    async def violated() -> bool:
+        return (await chain.canary("alpha->bravo")).health == "VIOLATED"
+
+    await wait_for(violated, 60, "the canary of a stopped flow never reported VIOLATED")
+    assert "has not arrived" in (await chain.canary("alpha->bravo")).reason
+
+    async def stale() -> bool:
+        view = await chain.topology("charlie")
+        return all(p.stale for p in view.paths if p.route[0] == "alpha")
+
+    await wait_for(stale, 60, "the alpha path on charlie never went stale")
+    view = await chain.topology("charlie")
+    path = next(p for p in view.paths if p.route[0] == "alpha")
+    assert path.stale and "old" in path.reason
+    fresh = next(p for p in view.paths if list(p.route) == ["bravo"])
+    assert not fresh.stale  # bravo -> charlie still runs
+
+
+async def test_bad_keys_exit_2_naming_key_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "bad.properties"
+    path.write_text("clusters = a, b\na.bootstrap.servers = 127.0.0.1:1\n"
+                    "b.bootstrap.servers = 127.0.0.1:2\na->b.enabled = true\n"
+                    "canary.latency.slo.ms = 0\n")
+    done = cli("heartbeat", "--config", str(path), "--grpc-port", "0", "--metrics-port", "-1")
+    assert done.returncode == 2
+    assert "bad.properties:5: canary.latency.slo.ms" in done.stderr
+
+
+
+async def test_controller_forwards_and_a_paused_flow_violates_the_canary(
+        chain: Chain, tmp_path: Path) -> None:
+    """A controller-run deployment (charlie -> alpha, one worker) with a managed heartbeat
+    service: the controller's Admin API answers `topology`, `canary` and `audit` by
+    forwarding, `status` carries the audit totals, and pausing the flow turns its canary
+    from OK to VIOLATED. The managed service follows the control log: a flow created
+    through the API gets its canary without a restart."""
+    config = deployment_config({a: chain.brokers[a] for a in ("charlie", "alpha")},
+                               {"charlie->alpha": {"topics": "nothing-here"}},
+                               audit_window_ms="1000", canary_interval_ms="250",
+                               canary_latency_slo_ms=str(SLO_MS),
+                               refresh_topics_interval_seconds="1")
+    async with deployment(config, tmp_path) as d:
+        controller = await d.controller()
+        await d.worker("w1")
+        port = free_port()
+        managed = ServiceProcess(
+            ["heartbeat", "--managed", "--config", str(d.path), "--grpc-port", str(port),
+             "--metrics-port", "-1", "--instance-id", "hb-managed"], grpc_port=port,
+            log_path=tmp_path / "hb-managed.log")
+        await managed.start()
+        try:
+            server = f"127.0.0.1:{controller.grpc_port}"
+
+            async def forwarded() -> bool:
+                done = cli("admin", "--server", server, "topology", "--cluster", "charlie")
+                return done.returncode == 0 and "alpha -> bravo -> charlie" in done.stdout
+
+            await wait_for(forwarded, 60, "the controller never forwarded Topology")
+            audit = cli("admin", "--server", server, "audit", "charlie->alpha")
+            assert audit.returncode == 0, audit.stderr
+            assert "charlie->alpha: windows" in audit.stdout
+
+            async def totals() -> bool:
+                return any(a.flow == "charlie->alpha" for a in (await d.status()).audit)
+
+            await wait_for(totals, 30, "status never carried the audit totals")
+            shown = cli("admin", "--server", server, "status")
+            assert shown.returncode == 0 and "AUDIT WINDOWS" in shown.stdout
+
+            def health() -> str:
+                done = cli("admin", "--server", server, "canary", "--flow", "charlie->alpha",
+                           "--output", "json")
+                return str(json.loads(done.stdout)["flows"][0]["health"]) \
+                    if done.returncode == 0 else ""
+
+            async def ok() -> bool:
+                return health() == "OK"
+
+            await wait_for(ok, 90, "the canary of charlie->alpha never reported OK")
+            paused = cli("admin", "--server", server, "flows", "pause", "charlie->alpha")
+            assert paused.returncode == 0, paused.stderr
+
+            async def violated() -> bool:
+                return health() == "VIOLATED"
+
+            await wait_for(violated, 60, "the canary of a paused flow never reported VIOLATED")
+
+            # A flow created through the Admin API is probed without a restart.
+            created = cli("admin", "--server", server, "flows", "create", "alpha->charlie",
+                          "--topics", "nothing-here")
+            assert created.returncode == 0, created.stderr
+
+            async def probed() -> bool:
+                done = cli("admin", "--server", server, "canary", "--output", "json")
+                return done.returncode == 0 and any(
+                    f["flow"] == "alpha->charlie" for f in json.loads(done.stdout)["flows"])
+
+            await wait_for(probed, 30, "a flow created live never got a canary")
+        finally:
+            await managed.close()
+
+
+async def test_unreachable_cluster_is_never_ok_and_sigterm_stops_quickly(
+        chain: Chain, tmp_path: Path) -> None:
+    """A flow into a cluster nobody listens on: its paths and canary are unknown with the
+    reason, the service keeps serving what it can and stops within seconds."""
+    dead = f"127.0.0.1:{free_port()}"
+    config = tmp_path / "dead.properties"
+    config.write_text(mm2_config({"alpha": chain.brokers["alpha"], "nowhere": dead},
+                                 {"alpha->nowhere": {}}, canary_interval_ms="250",
+                                 audit_window_ms="1000"))
+    port = free_port()
+    proc = ServiceProcess(["heartbeat", "--config", str(config), "--grpc-port", str(port),
+                           "--metrics-port", "-1"], grpc_port=port,
+                          log_path=tmp_path / "dead.log")
+    await proc.start()
+    try:
+        stub = admin_pb2_grpc.AdminStub(proc.channel)
+
+        async def known() -> bool:
+            with contextlib.suppress(Exception):
+                report = await stub.Topology(heartbeat_pb2.TopologyRequest(), timeout=5)
+                views = {c.cluster: c for c in report.clusters}
+                return views["alpha"].reachable and not views["nowhere"].reachable
+            return False
+
+        await wait_for(known, 60, "the topology never told the reachable from the dead")
+        report = await stub.Topology(heartbeat_pb2.TopologyRequest(cluster="nowhere"),
+                                     timeout=5)
+        assert "Unable to bootstrap" in report.clusters[0].error
+        canary = (await stub.Canary(heartbeat_pb2.CanaryRequest(flow="alpha->nowhere"),
+                                    timeout=5)).flows[0]
+        assert canary.health == "UNKNOWN" and "'nowhere' unreachable" in canary.reason
+        audit = await stub.Audit(heartbeat_pb2.AuditRequest(flow="alpha->nowhere"), timeout=5)
+        assert "unreachable" in audit.totals.error and not audit.windows
+        started = time.monotonic()
+        await proc.signal(signal.SIGTERM)
+        assert await proc.wait(15) == 0
+        assert time.monotonic() - started < 10
+        log = proc.log_tail(200)
+        assert "Traceback" not in log
+        assert log.count("'nowhere' unreachable for heartbeats") == 1  # said once, not per retry
+    finally:
+        await proc.close()
+
+
+async def test_sigterm_while_the_audit_is_still_starting(chain: Chain, tmp_path: Path) -> None:
+    """SIGTERM as soon as the gRPC server answers, while the audit's faust app is still
+    joining its group: the process exits cleanly all the same."""
+    config = tmp_path / "early.properties"
+    config.write_text(mm2_config({a: chain.brokers[a] for a in ("alpha", "charlie")},
+                                 {"alpha->charlie": {"topics": "nothing-here"}},
+                                 mirrorline_deployment="early"))
+    port = free_port()
+    proc = ServiceProcess(["heartbeat", "--config", str(config), "--grpc-port", str(port),
+                           "--metrics-port", "-1"], grpc_port=port,
+                          log_path=tmp_path / "early.log")
+    await proc.start()
+    try:
+        async def answering() -> bool:
+            return await proc.health() is not None
+
+        await wait_for(answering, 30, "the service never answered")
+        await proc.signal(signal.SIGTERM)
+        assert await proc.wait(30) == 0, proc.log_tail()
+    finally:
+        await proc.close()
