@@ -15,12 +15,11 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-import grpc
 from opentelemetry.metrics import CallbackOptions, Observation
 
-from mirrorline import grpcsecure
 from mirrorline.checkpointer.api import CheckpointerServicer
 from mirrorline.checkpointer.flow import FlowCheckpointer
+from mirrorline.controlplane.announce import announce_forever
 from mirrorline.controlplane.join import open_control_log
 from mirrorline.controlplane.log import ControlLog
 from mirrorline.core.backoff import Backoff
@@ -34,11 +33,9 @@ from mirrorline.kafka.clients import admin_kwargs, build, consumer_kwargs, produ
 from mirrorline.kafka.health import ClusterProbe
 from mirrorline.runtime import stop_within
 from mirrorline.telemetry import Telemetry, setup_telemetry
-from mirrorline.v1 import coordinator_pb2, coordinator_pb2_grpc, failover_pb2, failover_pb2_grpc
+from mirrorline.v1 import failover_pb2, failover_pb2_grpc
 
 log = logging.getLogger(__name__)
-
-ANNOUNCE_S = 3.0
 
 
 class FlowRunner:
@@ -249,23 +246,7 @@ class CheckpointerService:
     async def _announce(self, address: str) -> None:
         """Tell the leading controller where to forward offset and failover requests."""
         assert self._control is not None
-        channel: grpc.aio.Channel | None = None
-        target: str | None = None
-        while True:
-            leader = self._control.state.leader_address
-            if leader:
-                if leader != target:
-                    if channel is not None:
-                        await channel.close()
-                    channel, target = grpcsecure.channel(leader), leader
-                assert channel is not None
-                with contextlib.suppress(grpc.aio.AioRpcError):
-                    await coordinator_pb2_grpc.CoordinatorStub(channel).Announce(
-                        coordinator_pb2.ServiceAnnouncement(
-                            service="checkpointer", instance_id=self.instance_id,
-                            address=address), timeout=2)
-            await asyncio.sleep(ANNOUNCE_S)
-
+        await announce_forever(self._control, "checkpointer", self.instance_id, address)
     def serving(self) -> bool:
         """SERVING only while every flow checkpoints (a failing round is NOT_SERVING) and,
         when managed, the control log is read."""

@@ -14,12 +14,11 @@ import contextlib
 import logging
 from collections.abc import Iterable, Sequence
 
-import grpc
 from opentelemetry.metrics import CallbackOptions, Observation
 
-from mirrorline import grpcsecure
 from mirrorline.configsync.api import ConfigSyncServicer
 from mirrorline.configsync.runner import FlowRunner
+from mirrorline.controlplane.announce import announce_forever
 from mirrorline.controlplane.join import open_control_log
 from mirrorline.controlplane.log import ControlLog
 from mirrorline.core.errors import ConfigError
@@ -27,11 +26,9 @@ from mirrorline.core.flowdefs import Definition, flow_settings
 from mirrorline.core.settings import FlowSettings, MirrorSettings
 from mirrorline.grpcserver import ServiceServer
 from mirrorline.telemetry import Telemetry, setup_telemetry
-from mirrorline.v1 import coordinator_pb2, coordinator_pb2_grpc, drift_pb2, drift_pb2_grpc
+from mirrorline.v1 import drift_pb2, drift_pb2_grpc
 
 log = logging.getLogger(__name__)
-
-ANNOUNCE_S = 3.0
 
 
 class ConfigSyncService:
@@ -136,27 +133,7 @@ class ConfigSyncService:
     async def _announce(self, address: str) -> None:
         """Tell the leading controller where to forward drift requests."""
         assert self._control is not None
-        channel: grpc.aio.Channel | None = None
-        target: str | None = None
-        try:
-            while True:
-                leader = self._control.state.leader_address
-                if leader:
-                    if leader != target:
-                        if channel is not None:
-                            await channel.close()
-                        channel, target = grpcsecure.channel(leader), leader
-                    assert channel is not None
-                    with contextlib.suppress(grpc.aio.AioRpcError):
-                        await coordinator_pb2_grpc.CoordinatorStub(channel).Announce(
-                            coordinator_pb2.ServiceAnnouncement(
-                                service="configsync", instance_id=self.instance_id,
-                                address=address), timeout=2)
-                await asyncio.sleep(ANNOUNCE_S)
-        finally:
-            if channel is not None:
-                await channel.close()
-
+        await announce_forever(self._control, "configsync", self.instance_id, address)
     async def _health(self) -> None:
         while True:
             joined = not self._managed or self._control is not None
