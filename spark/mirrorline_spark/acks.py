@@ -39,6 +39,9 @@ class PartitionAcks:
     min_timestamp: int = -1
     max_timestamp: int = -1
     last_timestamp: int = -1
+    #: When the writer task first saw this partition's records (ms since the epoch): the
+    #: reference of MM2's record age (the replicator measures it at fetch).
+    fetched_ms: float = -1.0
 
     @property
     def records(self) -> int:

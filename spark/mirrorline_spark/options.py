@@ -53,11 +53,13 @@ class SinkOptions:
     topics: dict[str, str]
     #: Unix socket of the executor that records what was acknowledged (optional).
     ack_socket: str | None
+    #: The flow's name, for errors that name a record (as the replicator's do).
+    flow: str = ""
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
         return cls(kafka=dict(_json(options, "kafka")), topics=dict(_json(options, "topics")),
-                   ack_socket=options.get("ackSocket"))
+                   ack_socket=options.get("ackSocket"), flow=options.get("flow", ""))
 
 
 def offset_key(topic: str, partition: int) -> str:

@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
 from mirrorline.core.acked_runs import offset_runs
+from mirrorline.core.rejects import rejected_record
 from mirrorline_spark.acks import PartitionAcks, send_acks
 from mirrorline_spark.options import SinkOptions
 from mirrorline_spark.records import CHUNK_ARROW_SCHEMA, from_chunks
@@ -50,8 +51,8 @@ class AckMessage(WriterCommitMessage):
 class _Tracker:
     """Delivery reports of one (remote topic, partition), in produce order."""
 
-    __slots__ = ("downstream", "error", "pending", "source_topic", "timestamps",
-                 "upstream", "value_bytes")
+    __slots__ = ("downstream", "error", "fetched_ms", "pending", "rejected_at",
+                 "source_topic", "timestamps", "upstream", "value_bytes")
 
     def __init__(self, source_topic: str) -> None:
         self.source_topic = source_topic
@@ -62,6 +63,17 @@ class _Tracker:
         self.timestamps: list[int] = []
         self.value_bytes: list[int] = []
         self.error: str | None = None
+        #: Source offset of the record the target refused: nothing from it on is recorded
+        #: (records before it may still be acknowledged after the refusal).
+        self.rejected_at: int | None = None
+        #: When this task first saw the partition's records (the record-age reference).
+        self.fetched_ms = time.time() * 1000.0
+
+    def reject(self, offset: int, what: str, flow: str, partition: int, remote: str) -> None:
+        if self.error is None:
+            self.rejected_at = offset
+            self.error = rejected_record(what, flow, self.source_topic, partition, offset,
+                                         remote)
 
 
 class KafkaStreamWriter(DataSourceStreamArrowWriter):
@@ -82,7 +94,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
 
 def write_batches(options: SinkOptions, batches: Iterator[pa.RecordBatch]
                   ) -> list[PartitionAcks]:
-    from confluent_kafka import Producer
+    from confluent_kafka import KafkaException, Producer
 
     trackers: dict[tuple[str, int], _Tracker] = {}
 
@@ -90,15 +102,11 @@ def write_batches(options: SinkOptions, batches: Iterator[pa.RecordBatch]
         tracker = trackers[(msg.topic(), msg.partition())]
         offset = tracker.pending.popleft()
         if err is None:
-            if tracker.error is None:
+            if tracker.rejected_at is None or offset < tracker.rejected_at:
                 tracker.upstream.append(offset)
                 tracker.downstream.append(msg.offset())
-        elif tracker.error is None:
-            what = ("target rejected the record" if err.name() in REJECTED
-                    else "could not deliver the record")
-            tracker.error = (f"{what}: {err.name()} {err.str()} (topic {tracker.source_topic!r}, "
-                             f"partition {msg.partition()}, offset {offset} -> "
-                             f"{msg.topic()!r})")
+        else:
+            tracker.reject(offset, _refusal(err), options.flow, msg.partition(), msg.topic())
 
     producer = Producer({**PRODUCER_DEFAULTS, **options.kafka, **PRODUCER_FIXED})
     produce, poll = producer.produce, producer.poll
@@ -139,6 +147,11 @@ def write_batches(options: SinkOptions, batches: Iterator[pa.RecordBatch]
                         break
                     except BufferError:
                         poll(0.05)
+                    except KafkaException as exc:  # refused before sending (e.g. too large)
+                        tracker.pending.pop()
+                        tracker.reject(offsets[i], _refusal(exc.args[0]), options.flow,
+                                       partitions[i], remote)
+                        break
             poll(0)
         _flush(producer, trackers)
     finally:
@@ -153,8 +166,16 @@ def write_batches(options: SinkOptions, batches: Iterator[pa.RecordBatch]
             acks.value_bytes = sum(t.value_bytes[:acked])
             acks.min_timestamp, acks.max_timestamp = min(stamps), max(stamps)
             acks.last_timestamp = stamps[-1]
+            acks.fetched_ms = t.fetched_ms
         out.append(acks)
     return out
+
+
+def _refusal(err: Any) -> str:
+    """The replicator's words for a record the target will never take, or could not."""
+    what = "target rejected the record" if err.name() in REJECTED \
+        else "could not deliver the record"
+    return f"{what}: {err.name()} {err.str()}"
 
 
 def _account(batch: pa.RecordBatch, options: SinkOptions,

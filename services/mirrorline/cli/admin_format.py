@@ -264,6 +264,8 @@ def format_status(report: admin_pb2.StatusReport) -> str:
             ((p.flow, p.source_topic, str(p.partition), p.worker_id,
               _millis(p.micro_batch_ms), format_rate(p.records_per_second))
              for p in on_spark), right=(2, 4, 5)))
+    parts.extend(f"{p.executor_id} gave its partitions back to the workers: {p.problem}"
+                 for p in report.spark_problems)
     return "\n\n".join(parts)
 
 

@@ -8,7 +8,7 @@ from mirrorline.controller.discovery import Discoveries
 from mirrorline.controller.workers import WorkerRegistry
 from mirrorline.core.assignment import PartitionKey
 from mirrorline.core.control import ControlState, FlowRecord
-from mirrorline.v1 import admin_pb2, flows_pb2
+from mirrorline.v1 import admin_pb2, flows_pb2, spark_pb2
 
 
 def partition_statuses(state: ControlState, registry: WorkerRegistry,
@@ -82,9 +82,13 @@ def report(state: ControlState, registry: WorkerRegistry, discoveries: Discoveri
     partitions = partition_statuses(state, registry, flow)
     flows = [flow_summary(r, partitions, discoveries) for name, r in sorted(state.flows.items())
              if not flow or name == flow]
+    live = registry.live()
+    problems = [spark_pb2.SparkExecutorProblem(executor_id=w, problem=v.problem)
+                for w, v in sorted(registry.workers.items())
+                if w in live and v.kind == "spark" and v.problem]
     return admin_pb2.StatusReport(generated_at_ms=int(time.time() * 1000), flows=flows,
                                   partitions=partitions, controller_id=controller_id,
-                                  epoch=state.epoch)
+                                  epoch=state.epoch, spark_problems=problems)
 
 
 def flow_message(record: FlowRecord, summary: admin_pb2.FlowSummary) -> admin_pb2.Flow:

@@ -43,4 +43,8 @@ def rdkafka_config(java: Mapping[str, str]) -> dict[str, str]:
     for java_key, rd_key in _PEM_KEYS.items():
         if java.get(java_key):
             out[rd_key] = java[java_key]
+    if java.get("max.request.size"):
+        # How a target with a small message.max.bytes is configured (as for the workers):
+        # a larger record is refused before it is sent, and its partition stops.
+        out["message.max.bytes"] = str(max(1000, int(java["max.request.size"])))
     return out

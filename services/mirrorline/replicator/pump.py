@@ -37,6 +37,7 @@ from aiokafka.errors import (
 )
 
 from mirrorline.core.backoff import Backoff
+from mirrorline.core.rejects import rejected_record
 from mirrorline.core.tail_match import Landed
 from mirrorline.kafka.records import Record
 
@@ -385,5 +386,5 @@ class PartitionPump:
         log.warning("%s %s-%d: %s", self.flow, self.source_topic, self.partition, self.error)
 
     def _where(self, offset: int, what: str) -> str:
-        return (f"{what} (flow {self.flow}, topic {self.source_topic!r}, partition "
-                f"{self.partition}, offset {offset} -> {self.target_topic!r})")
+        return rejected_record(what, self.flow, self.source_topic, self.partition, offset,
+                               self.target_topic)

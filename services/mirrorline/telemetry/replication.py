@@ -102,13 +102,20 @@ class ReplicationMetrics:
         self._byte_count.add(nbytes, m.attributes)
 
     def acknowledged_summary(self, m: PartitionMetrics, count: int, value_bytes: int,
-                             min_ts: int, max_ts: int, last_ts: int) -> None:
+                             min_ts: int, max_ts: int, last_ts: int, *,
+                             fetched_ms: float = -1.0) -> None:
         """A run acknowledged by a path that sees only its summary (the Spark executor):
-        count, value bytes and end-to-end latency, under the same names."""
+        count, value bytes, end-to-end latency and -- given when the records were read
+        (`fetched_ms`) -- record age, under the same names."""
         if count <= 0:
             return
         now_ms = self._clock() * 1000.0
         mean_ts = (min_ts + max_ts) / 2.0
+        if fetched_ms >= 0:
+            m.record_age.record(now_ms / 1000.0, count=count,
+                                total=(fetched_ms - mean_ts) * count,
+                                minimum=fetched_ms - max_ts, maximum=fetched_ms - min_ts,
+                                last=fetched_ms - last_ts)
         m.latency.record(now_ms / 1000.0, count=count, total=(now_ms - mean_ts) * count,
                          minimum=now_ms - max_ts, maximum=now_ms - min_ts,
                          last=now_ms - last_ts)

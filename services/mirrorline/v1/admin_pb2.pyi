@@ -13,6 +13,7 @@ from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
 from mirrorline.v1 import flows_pb2 as _flows_pb2
 from mirrorline.v1 import heartbeat_pb2 as _heartbeat_pb2
+from mirrorline.v1 import spark_pb2 as _spark_pb2
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -358,6 +359,7 @@ class StatusReport(_message.Message):
     CONTROLLER_ID_FIELD_NUMBER: _builtins.int
     EPOCH_FIELD_NUMBER: _builtins.int
     AUDIT_FIELD_NUMBER: _builtins.int
+    SPARK_PROBLEMS_FIELD_NUMBER: _builtins.int
     generated_at_ms: _builtins.int
     controller_id: _builtins.str
     epoch: _builtins.int
@@ -369,6 +371,10 @@ class StatusReport(_message.Message):
     def audit(self) -> _containers.RepeatedCompositeFieldContainer[_heartbeat_pb2.AuditTotals]:
         """Audit totals per flow, from the heartbeat service (absent when none runs)."""
 
+    @_builtins.property
+    def spark_problems(self) -> _containers.RepeatedCompositeFieldContainer[_spark_pb2.SparkExecutorProblem]:
+        """Spark executors that gave their partitions back, and why (issue 8)."""
+
     def __init__(
         self,
         *,
@@ -378,10 +384,11 @@ class StatusReport(_message.Message):
         controller_id: _builtins.str = ...,
         epoch: _builtins.int = ...,
         audit: _abc.Iterable[_heartbeat_pb2.AuditTotals] | None = ...,
+        spark_problems: _abc.Iterable[_spark_pb2.SparkExecutorProblem] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["audit", b"audit", "controller_id", b"controller_id", "epoch", b"epoch", "flows", b"flows", "generated_at_ms", b"generated_at_ms", "partitions", b"partitions"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["audit", b"audit", "controller_id", b"controller_id", "epoch", b"epoch", "flows", b"flows", "generated_at_ms", b"generated_at_ms", "partitions", b"partitions", "spark_problems", b"spark_problems"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

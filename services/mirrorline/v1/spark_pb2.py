@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19mirrorline/v1/spark.proto\x12\rmirrorline.v1\"T\n\x10PartitionsPlaced\x12\x0c\n\x04\x66low\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x11\n\tpartition\x18\x03 \x01(\x05\x12\x10\n\x08\x65xecutor\x18\x04 \x01(\t\"[\n\x16PlacePartitionsRequest\x12\x0c\n\x04\x66low\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x16\n\tpartition\x18\x03 \x01(\x05H\x00\x88\x01\x01\x42\x0c\n\n_partition\"s\n\x17PlacePartitionsResponse\x12\x0c\n\x04\x66low\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x11\n\tpartition\x18\x03 \x01(\x05\x12\x10\n\x08\x65xecutor\x18\x04 \x01(\t\x12\x16\n\x0e\x63ontrol_offset\x18\x05 \x01(\x03\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19mirrorline/v1/spark.proto\x12\rmirrorline.v1\"T\n\x10PartitionsPlaced\x12\x0c\n\x04\x66low\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x11\n\tpartition\x18\x03 \x01(\x05\x12\x10\n\x08\x65xecutor\x18\x04 \x01(\t\"[\n\x16PlacePartitionsRequest\x12\x0c\n\x04\x66low\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x16\n\tpartition\x18\x03 \x01(\x05H\x00\x88\x01\x01\x42\x0c\n\n_partition\"s\n\x17PlacePartitionsResponse\x12\x0c\n\x04\x66low\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x11\n\tpartition\x18\x03 \x01(\x05\x12\x10\n\x08\x65xecutor\x18\x04 \x01(\t\x12\x16\n\x0e\x63ontrol_offset\x18\x05 \x01(\x03\"<\n\x14SparkExecutorProblem\x12\x13\n\x0b\x65xecutor_id\x18\x01 \x01(\t\x12\x0f\n\x07problem\x18\x02 \x01(\tb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,4 +37,6 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_PLACEPARTITIONSREQUEST']._serialized_end=221
   _globals['_PLACEPARTITIONSRESPONSE']._serialized_start=223
   _globals['_PLACEPARTITIONSRESPONSE']._serialized_end=338
+  _globals['_SPARKEXECUTORPROBLEM']._serialized_start=340
+  _globals['_SPARKEXECUTORPROBLEM']._serialized_end=400
 # @@protoc_insertion_point(module_scope)

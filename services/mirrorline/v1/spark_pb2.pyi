@@ -113,3 +113,30 @@ class PlacePartitionsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___PlacePartitionsResponse: _TypeAlias = PlacePartitionsResponse  # noqa: Y015
+
+@_typing.final
+class SparkExecutorProblem(_message.Message):
+    """A live Spark executor that gave its partitions back because something failed (its
+    query, or a flow it could not run): the status report says why (admin status).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EXECUTOR_ID_FIELD_NUMBER: _builtins.int
+    PROBLEM_FIELD_NUMBER: _builtins.int
+    executor_id: _builtins.str
+    """"spark:<id>" """
+    problem: _builtins.str
+    def __init__(
+        self,
+        *,
+        executor_id: _builtins.str = ...,
+        problem: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["executor_id", b"executor_id", "problem", b"problem"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SparkExecutorProblem: _TypeAlias = SparkExecutorProblem  # noqa: Y015

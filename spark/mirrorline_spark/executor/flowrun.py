@@ -159,7 +159,7 @@ class FlowRun:
                   "drainFile": self._drain_file, "layout": "chunks"}
         sink = {"kafka": json.dumps(rdkafka_config(self.settings.clients.target_producer)),
                 "topics": json.dumps({t: remote for (t, _), remote in partitions.items()}),
-                "ackSocket": self._acks.path}
+                "ackSocket": self._acks.path, "flow": self.name}
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self._drain_file)
         self._query = await self._driver.start_query(f"mirrorline_{self.name}", source, sink)
@@ -208,7 +208,7 @@ class FlowRun:
             if metrics is not None and a.records:
                 self._metrics.acknowledged_summary(metrics, a.records, a.value_bytes,
                                                    a.min_timestamp, a.max_timestamp,
-                                                   a.last_timestamp)
+                                                   a.last_timestamp, fetched_ms=a.fetched_ms)
             if a.error:
                 log.error("%s %s-%d stopped: %s", self.name, a.topic, a.partition, a.error)
                 self.failed[key] = a.error
