@@ -41,7 +41,7 @@ def _spark_executor(args: argparse.Namespace) -> int:
     from mirrorline.cli.services import _serve, load_settings
 
     configure_logging("spark-executor", args.log_level)
-    settings = load_settings(args.config)
+    settings = load_settings(args.config, args.bind)
     if settings is None:
         return 2
     try:

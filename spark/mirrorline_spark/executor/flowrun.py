@@ -146,7 +146,9 @@ class FlowRun:
             log.error("%s %s-%d stopped: %s", self.name, key[0], key[1], why)
             self.failed[key] = why
         partitions = {k: v for k, v in partitions.items() if k not in stopped}
-        self.next_offsets = {(tp.topic, tp.partition): s.offset for tp, s in starts.items()}
+        # Update, not replace: a partition stopped at a refused record keeps showing where.
+        self.next_offsets.update({(tp.topic, tp.partition): s.offset
+                                  for tp, s in starts.items()})
         if not partitions:
             return
         for (topic, partition), remote in partitions.items():
@@ -154,8 +156,8 @@ class FlowRun:
                 self.settings.source, self.settings.target, remote, partition)
             metrics.lag = functools.partial(self.lag, (topic, partition))
         source = {"kafka": json.dumps(rdkafka_config(self.settings.clients.source_consumer)),
-                  "partitions": json.dumps([[t, p, o] for (t, p), o in
-                                            sorted(self.next_offsets.items())]),
+                  "partitions": json.dumps([[t, p, self.next_offsets[(t, p)]]
+                                            for t, p in sorted(partitions)]),
                   "drainFile": self._drain_file, "layout": "chunks"}
         sink = {"kafka": json.dumps(rdkafka_config(self.settings.clients.target_producer)),
                 "topics": json.dumps({t: remote for (t, _), remote in partitions.items()}),
@@ -165,7 +167,7 @@ class FlowRun:
         self._query = await self._driver.start_query(f"mirrorline_{self.name}", source, sink)
         self.running = dict(partitions)
         log.info("%s: Spark query copies %d partitions from %s", self.name, len(partitions),
-                 ", ".join(f"{t}-{p}@{o}" for (t, p), o in sorted(self.next_offsets.items())))
+                 ", ".join(f"{t}-{p}@{self.next_offsets[(t, p)]}" for t, p in sorted(partitions)))
 
     async def _stop_query(self) -> None:
         query, self._query = self._query, None

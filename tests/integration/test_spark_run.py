@@ -1,0 +1,322 @@
+"""`mirrorline run --spark` as a user starts it: controller, a replicator worker and a Spark
+executor (local[2]) beside them, on real brokers.
+
+One `run` (so one Spark start-up, the expensive part) serves every scenario of this module,
+in order: a flow pinned to Spark mirrors through the executor; a record its target refuses
+stops that partition only; offloading triggered by measured load and by backlog (handed
+back below the reclaim threshold); and, last because it makes the executor give back all
+its partitions, a Spark query that fails for real.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import glob
+import os
+import re
+import secrets
+import shutil
+import signal
+import sys
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import pytest
+from helpers import Record, consume_all, create_topic, produce, wait_for
+from procs import QUIET_SHARED_CLUSTERS, mm2_config
+
+from mirrorline.dev.brokers import LocalBroker
+from mirrorline.ports import GRPC_PORTS, METRICS_PORTS
+from mirrorline.v1 import admin_pb2, admin_pb2_grpc, flows_pb2
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
+
+RUNNING = flows_pb2.PARTITION_STATE_RUNNING
+ERROR = flows_pb2.PARTITION_STATE_ERROR
+EXECUTOR = "spark:0"
+WORKER = "replicator-0"
+#: The target of the pinned flow takes records up to this size (max.request.size).
+LIMIT = 20_000
+
+
+@dataclass
+class Run:
+    """The running `mirrorline run --spark` and the names of its three flows."""
+
+    proc: asyncio.subprocess.Process
+    admin: admin_pb2_grpc.AdminStub
+    metrics_port: int
+    tmp: Path
+    log: Path
+    #: (source alias, target alias, topic) per flow: pinned to Spark, offloaded by
+    #: backlog, offloaded by load.
+    pinned: tuple[str, str, str]
+    backlog: tuple[str, str, str]
+    load: tuple[str, str, str]
+
+    async def status(self) -> admin_pb2.StatusReport:
+        report: admin_pb2.StatusReport = await self.admin.GetStatus(
+            admin_pb2.GetStatusRequest(), timeout=5)
+        return report
+
+    async def partitions(self, topic: str) -> dict[int, flows_pb2.PartitionStatus]:
+        try:
+            report = await self.status()
+        except grpc.aio.AioRpcError:
+            return {}  # the controller is still starting or electing itself
+        return {p.partition: p for p in report.partitions if p.source_topic == topic}
+
+    async def wait_owned(self, topic: str, partitions: Sequence[int], owner: str,
+                         what: str, timeout: float = 120.0) -> None:
+        async def owned() -> bool:
+            now = await self.partitions(topic)
+            return all(p in now and now[p].worker_id == owner and now[p].state == RUNNING
+                       for p in partitions)
+        await wait_for(owned, timeout, f"{what}\n{self.tail()}", interval=0.5)
+
+    def tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+
+def _children(pid: int) -> list[str]:
+    """The `mirrorline` subcommands the run's children execute."""
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    out = []
+    for child in (path.read_text().split() if path.exists() else []):
+        try:
+            args = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+        except FileNotFoundError:
+            continue
+        if b"mirrorline" in args:
+            out.append(args[args.index(b"mirrorline") + 1].decode())
+    return out
+
+
+@pytest.fixture(scope="module")
+async def run(primary: LocalBroker, backup: LocalBroker,
+              tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Run]:
+    tmp = tmp_path_factory.mktemp("spark-run")
+    tag = secrets.token_hex(3)
+    pinned = (f"p{tag}", f"q{tag}", f"t{tag}-pinned")
+    backlog = (f"r{tag}", f"s{tag}", f"t{tag}-backlog")
+    load = (f"u{tag}", f"v{tag}", f"t{tag}-load")
+    await create_topic(primary.bootstrap, pinned[2], 2)
+    await create_topic(primary.bootstrap, backlog[2], 1)
+    await create_topic(primary.bootstrap, load[2], 1)
+    common = {"refresh.topics.interval.seconds": "1", "sync.topic.configs.enabled": "false",
+              "sync.topic.acls.enabled": "false", "emit.checkpoints.enabled": "false"}
+    flows = {
+        f"{pinned[0]}->{pinned[1]}": {**common, "topics": pinned[2],
+                                      "mirrorline.executor": "spark"},
+        # Offload on backlog only; hand back once nearly caught up.
+        f"{backlog[0]}->{backlog[1]}": {**common, "topics": backlog[2],
+                                        "mirrorline.spark.offload.bytes.per.second": "0",
+                                        "mirrorline.spark.offload.lag.records": "300",
+                                        "mirrorline.spark.reclaim.lag.records": "50"},
+        # Offload on sustained load only.
+        f"{load[0]}->{load[1]}": {**common, "topics": load[2],
+                                  "mirrorline.spark.offload.bytes.per.second": "200",
+                                  "mirrorline.spark.offload.sustain.seconds": "2",
+                                  "mirrorline.spark.offload.lag.records": "0"},
+    }
+    clusters = {pinned[0]: primary, pinned[1]: backup, backlog[0]: primary,
+                backlog[1]: backup, load[0]: primary, load[1]: backup}
+    config = tmp / "mm2.properties"
+    config.write_text(mm2_config(clusters, flows, mirrorline_deployment=f"d{tag}",
+                                 **QUIET_SHARED_CLUSTERS)
+                      + f"{pinned[1]}.producer.max.request.size = {LIMIT}\n")
+    offset = 26000 + secrets.randbelow(40) * 60
+    spark_tmp = tmp / "spark-tmp"
+    spark_tmp.mkdir()
+    log = tmp / "run.log"
+    with log.open("wb") as out:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "mirrorline", "run", "--config", str(config),
+            "--workers", "1", "--spark", "--spark-master", "local[2]",
+            "--port-offset", str(offset), "--lease-ms", "2000", stdout=out, stderr=out,
+            env=dict(os.environ, TMPDIR=str(spark_tmp)))
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{GRPC_PORTS['controller'] + offset}")
+    try:
+        yield Run(proc, admin_pb2_grpc.AdminStub(channel),
+                  METRICS_PORTS["spark-executor"] + offset, spark_tmp, log, pinned, backlog,
+                  load)
+    finally:
+        await channel.close()
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(proc.wait(), 60)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
+
+
+async def test_run_spark_starts_an_executor_beside_the_workers_and_a_spark_flow_mirrors_through_it(
+        run: Run, primary: LocalBroker, backup: LocalBroker) -> None:
+    source, _, topic = run.pinned
+    await produce(primary.bootstrap, topic, [Record(f"a{i}".encode(), key=f"k{i}".encode(),
+                                                   partition=i % 2) for i in range(40)])
+    await run.wait_owned(topic, [0, 1], EXECUTOR, "the flow did not run on the executor",
+                         timeout=180)
+    assert sorted(_children(run.proc.pid)) == ["checkpointer", "configsync", "controller",
+                                               "heartbeat", "replicator", "spark-executor"]
+    mirrored = await consume_all(backup.bootstrap, f"{source}.{topic}", expected=40,
+                                 timeout=120)
+    for p in (0, 1):
+        assert [r.value for r in mirrored[p]] == [f"a{i}".encode() for i in range(p, 40, 2)]
+    # Every other flow stays with the workers: nothing makes it heavy yet.
+    for _, _, other in (run.backlog, run.load):
+        await run.wait_owned(other, [0], WORKER, f"{other} should run on the worker")
+
+
+async def test_a_record_the_target_refuses_stops_its_partition_only_named_exactly(
+        run: Run, primary: LocalBroker, backup: LocalBroker) -> None:
+    source, target, topic = run.pinned
+    remote = f"{source}.{topic}"
+    await run.wait_owned(topic, [0, 1], EXECUTOR, "the flow is not on the executor")
+    # Partition 1 gets 10 records, one larger than the target takes (offset 30: 20 came
+    # before in the previous test), then 10 more; partition 0 keeps getting records.
+    await produce(primary.bootstrap, topic, [Record(f"b{i}".encode(), partition=1)
+                                             for i in range(10)])
+    await produce(primary.bootstrap, topic, [Record(b"x" * (LIMIT * 2), partition=1)])
+    await produce(primary.bootstrap, topic, [Record(f"c{i}".encode(), partition=p)
+                                             for i in range(10) for p in (0, 1)])
+
+    async def stopped() -> bool:
+        p = (await run.partitions(topic)).get(1)
+        return p is not None and p.state == ERROR
+    await wait_for(stopped, 120, f"partition 1 did not stop\n{run.tail()}", interval=0.5)
+    p1 = (await run.partitions(topic))[1]
+    assert p1.worker_id == EXECUTOR
+    assert p1.error.startswith("target rejected the record: MSG_SIZE_TOO_LARGE"), p1.error
+    assert p1.error.endswith(f"(flow {source}->{target}, topic {topic!r}, partition 1, "
+                             f"offset 30 -> {remote!r})"), p1.error
+    flow = next(f for f in (await run.status()).flows if f.flow == f"{source}->{target}")
+    assert flow.state == flows_pb2.FLOW_STATE_ERROR and "offset 30" in flow.error
+
+    # Partition 0 goes on: everything arrives, now and later.
+    await produce(primary.bootstrap, topic, [Record(f"d{i}".encode(), partition=0)
+                                             for i in range(10)])
+    mirrored = await consume_all(backup.bootstrap, remote, expected=40 + 30,
+                                 timeout=120)
+    assert [r.value for r in mirrored[0]][20:] == [f"c{i}".encode() for i in range(10)] + \
+        [f"d{i}".encode() for i in range(10)]
+    # Partition 1 holds exactly the records before the refused one, nothing after it.
+    assert [r.value for r in mirrored[1]][20:] == [f"b{i}".encode() for i in range(10)]
+    assert (await run.partitions(topic))[1].next_offset == 30
+
+
+async def test_the_executor_reports_the_replicators_mm2_metrics(run: Run) -> None:
+    source, target, topic = run.pinned
+    text = await _scrape(run.metrics_port)
+    tags = re.compile(r'partition="0",source="' + source + r'",target="' + target
+                      + r'",topic="' + re.escape(f"{source}.{topic}") + '"')
+    for name in ("record_count_total", "byte_count_total", "record_rate", "byte_rate",
+                 "record_age_ms", "record_age_ms_min", "record_age_ms_max",
+                 "record_age_ms_avg", "replication_latency_ms_max", "record_lag"):
+        lines = [line for line in text.splitlines()
+                 if line.startswith(name + "{") and tags.search(_no_scope(line))]
+        assert lines, f"{name} for partition 0 missing from the executor's /metrics"
+    count = next(line for line in text.splitlines()
+                 if line.startswith("record_count_total{") and tags.search(_no_scope(line)))
+    assert float(count.rsplit(" ", 1)[1]) >= 40  # 20 + 10 + 10 records of partition 0
+    ages = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+            if line.startswith("record_age_ms_max{") and tags.search(_no_scope(line))]
+    assert ages[0] >= 0  # the age of records produced before they were read
+
+
+async def test_offload_follows_sustained_load_and_backlog_and_hands_back_when_caught_up(
+        run: Run, primary: LocalBroker, backup: LocalBroker) -> None:
+    """Backlog: records arrive in bursts until the worker reports more than 300 behind
+    (that the worker falls behind at some heartbeat is what the bursts wait for); on Spark
+    it catches up and, below 50, the partition goes back. Load: a steady trickle above
+    200 B/s for 2 s moves the partition to Spark."""
+    b_source, _, b_topic = run.backlog
+    l_source, _, l_topic = run.load
+    sent = {b_topic: 0, l_topic: 0}
+
+    async def burst(topic: str, count: int, size: int) -> None:
+        first = sent[topic]
+        sent[topic] += count
+        await produce(primary.bootstrap, topic, [
+            Record(f"{i:08d}".encode().ljust(size, b"."), partition=0)
+            for i in range(first, first + count)])
+
+    async def offloaded(topic: str, count: int, size: int) -> bool:
+        p = (await run.partitions(topic)).get(0)
+        if p is not None and p.worker_id == EXECUTOR:
+            return True
+        await burst(topic, count, size)
+        return False
+
+    await wait_for(lambda: offloaded(l_topic, 5, 100), 120,
+                   f"sustained load did not offload the partition\n{run.tail()}", interval=0.3)
+    await wait_for(lambda: offloaded(b_topic, 3000, 10), 180,
+                   f"a backlog did not offload the partition\n{run.tail()}", interval=0.2)
+    await run.wait_owned(b_topic, [0], WORKER, "the caught-up partition did not come back",
+                         timeout=120)
+    await burst(b_topic, 100, 10)
+    await burst(l_topic, 100, 100)
+    for source, topic, size in ((b_source, b_topic, 10), (l_source, l_topic, 100)):
+        mirrored = await consume_all(backup.bootstrap, f"{source}.{topic}",
+                                     expected=sent[topic], timeout=120)
+        values = [r.value for r in mirrored[0]]
+        expected = [f"{i:08d}".encode().ljust(size, b".") for i in range(sent[topic])]
+        assert list(dict.fromkeys(values)) == expected, f"{topic}: lost or reordered"
+
+
+async def test_a_failing_spark_query_hands_its_partitions_back_and_status_says_why(
+        run: Run, primary: LocalBroker, backup: LocalBroker) -> None:
+    """The query's checkpoint directory disappears under it (as when a temp-file cleaner
+    sweeps /tmp): Spark cannot record the next micro-batch and the query fails."""
+    source, target, topic = run.pinned
+    remote = f"{source}.{topic}"
+    await run.wait_owned(topic, [0], EXECUTOR, "partition 0 is not on the executor")
+    checkpoints = glob.glob(str(run.tmp / f"mirrorline-spark-mirrorline_{source}->{target}-*"))
+    assert checkpoints, os.listdir(run.tmp)
+    for path in checkpoints:
+        shutil.rmtree(path)
+    await produce(primary.bootstrap, topic, [Record(f"e{i}".encode(), partition=0)
+                                             for i in range(10)])
+    await run.wait_owned(topic, [0], WORKER, "the partitions did not go back to the worker",
+                         timeout=60)
+
+    async def said() -> bool:
+        return any(p.executor_id == EXECUTOR and f"Spark query of {source}->{target} failed"
+                   in p.problem for p in (await run.status()).spark_problems)
+    await wait_for(said, 30, "status does not say why the executor gave partitions back")
+    # Nothing lost: the worker goes on from the executor's recorded progress.
+    mirrored = await consume_all(backup.bootstrap, remote, expected=50 + 30,
+                                 timeout=120)
+    assert list(dict.fromkeys(r.value for r in mirrored[0]))[20:] == \
+        [f"c{i}".encode() for i in range(10)] + [f"d{i}".encode() for i in range(10)] + \
+        [f"e{i}".encode() for i in range(10)]
+    # The refused record stops partition 1 on the worker too, named in the same words.
+
+    async def worker_stopped() -> bool:
+        p = (await run.partitions(topic)).get(1)
+        return p is not None and p.worker_id == WORKER and p.state == ERROR
+    await wait_for(worker_stopped, 60, f"partition 1 did not stop on the worker\n{run.tail()}",
+                   interval=0.5)
+    error = (await run.partitions(topic))[1].error
+    assert error.startswith("target rejected the record: "), error
+    assert error.endswith(f"(flow {source}->{target}, topic {topic!r}, partition 1, "
+                          f"offset 30 -> {remote!r})"), error
+    # A clean stop of everything, the executor included.
+    run.proc.send_signal(signal.SIGTERM)
+    assert await asyncio.wait_for(run.proc.wait(), 60) == 0
+
+
+async def _scrape(port: int) -> str:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"GET /metrics HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")
+    await writer.drain()
+    response = await reader.read()
+    writer.close()
+    return response.split(b"\r\n\r\n", 1)[1].decode()
+
+
+def _no_scope(line: str) -> str:
+    return re.sub(r'otel_scope_[a-z_]+="[^"]*",?', "", line)
