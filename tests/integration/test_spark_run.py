@@ -1,5 +1,7 @@
 """`mirrorline run --spark` as a user starts it: controller, a replicator worker and a Spark
-executor (local[2]) beside them, on real brokers.
+executor (local[2]) beside them, on real brokers, with the gRPC security of a production
+deployment (mutual TLS required, certificates and tokens from `deploy/make-certs.sh`, as
+docker-compose uses them).
 
 One `run` (so one Spark start-up, the expensive part) serves every scenario of this module,
 in order: a flow pinned to Spark mirrors through the executor; a record its target refuses
@@ -17,6 +19,7 @@ import re
 import secrets
 import shutil
 import signal
+import subprocess
 import sys
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -27,12 +30,15 @@ import pytest
 from helpers import Record, consume_all, create_topic, produce, wait_for
 from procs import QUIET_SHARED_CLUSTERS, mm2_config
 
+from mirrorline import grpcsecure
 from mirrorline.dev.brokers import LocalBroker
+from mirrorline.grpcsecure import ClientCredentials
 from mirrorline.ports import GRPC_PORTS, METRICS_PORTS
 from mirrorline.v1 import admin_pb2, admin_pb2_grpc, flows_pb2
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
 
+ROOT = Path(__file__).resolve().parents[2]
 RUNNING = flows_pb2.PARTITION_STATE_RUNNING
 ERROR = flows_pb2.PARTITION_STATE_ERROR
 EXECUTOR = "spark:0"
@@ -47,6 +53,9 @@ class Run:
 
     proc: asyncio.subprocess.Process
     admin: admin_pb2_grpc.AdminStub
+    #: host:port of the controller, and the certificates of the people using it.
+    server: str
+    certs: Path
     metrics_port: int
     tmp: Path
     log: Path
@@ -123,11 +132,20 @@ async def run(primary: LocalBroker, backup: LocalBroker,
     }
     clusters = {pinned[0]: primary, pinned[1]: backup, backlog[0]: primary,
                 backlog[1]: backup, load[0]: primary, load[1]: backup}
+    certs = tmp / "certs"
+    await asyncio.to_thread(subprocess.run, ["sh", str(ROOT / "deploy" / "make-certs.sh"),
+                                             str(certs)], check=True, capture_output=True)
     config = tmp / "mm2.properties"
-    config.write_text(mm2_config(clusters, flows, mirrorline_deployment=f"d{tag}",
-                                 **QUIET_SHARED_CLUSTERS)
-                      + f"{pinned[1]}.producer.max.request.size = {LIMIT}\n")
-    offset = 26000 + secrets.randbelow(40) * 60
+    config.write_text(mm2_config(
+        clusters, flows, mirrorline_deployment=f"d{tag}", **QUIET_SHARED_CLUSTERS,
+        mirrorline_grpc_tls_certificate=str(certs / "service.pem"),
+        mirrorline_grpc_tls_key=str(certs / "service.key"),
+        mirrorline_grpc_tls_ca=str(certs / "ca.pem"),
+        mirrorline_grpc_tls_client_auth_required="true",
+        mirrorline_admin_tokens_file=str(certs / "tokens.txt"))
+        + f"{pinned[1]}.producer.max.request.size = {LIMIT}\n")
+    # Fixed ports (base + offset, as `run` assigns them), below the ephemeral range.
+    offset = 14000 + secrets.randbelow(60) * 100
     spark_tmp = tmp / "spark-tmp"
     spark_tmp.mkdir()
     log = tmp / "run.log"
@@ -137,9 +155,12 @@ async def run(primary: LocalBroker, backup: LocalBroker,
             "--workers", "1", "--spark", "--spark-master", "local[2]",
             "--port-offset", str(offset), "--lease-ms", "2000", stdout=out, stderr=out,
             env=dict(os.environ, TMPDIR=str(spark_tmp)))
-    channel = grpc.aio.insecure_channel(f"127.0.0.1:{GRPC_PORTS['controller'] + offset}")
+    server = f"127.0.0.1:{GRPC_PORTS['controller'] + offset}"
+    channel = grpcsecure.channel(server, ClientCredentials(
+        ca=(certs / "ca.pem").read_bytes(), certificate=(certs / "admin.pem").read_bytes(),
+        key=(certs / "admin.key").read_bytes()))
     try:
-        yield Run(proc, admin_pb2_grpc.AdminStub(channel),
+        yield Run(proc, admin_pb2_grpc.AdminStub(channel), server, certs,
                   METRICS_PORTS["spark-executor"] + offset, spark_tmp, log, pinned, backlog,
                   load)
     finally:
@@ -156,16 +177,24 @@ async def run(primary: LocalBroker, backup: LocalBroker,
 async def test_run_spark_starts_an_executor_beside_the_workers_and_a_spark_flow_mirrors_through_it(
         run: Run, primary: LocalBroker, backup: LocalBroker) -> None:
     source, _, topic = run.pinned
-    await produce(primary.bootstrap, topic, [Record(f"a{i}".encode(), key=f"k{i}".encode(),
-                                                   partition=i % 2) for i in range(40)])
+    # Until the executor is up (its Spark session takes a while) the workers copy the flow.
     await run.wait_owned(topic, [0, 1], EXECUTOR, "the flow did not run on the executor",
                          timeout=180)
     assert sorted(_children(run.proc.pid)) == ["checkpointer", "configsync", "controller",
                                                "heartbeat", "replicator", "spark-executor"]
+    await produce(primary.bootstrap, topic, [Record(f"a{i}".encode(), key=f"k{i}".encode(),
+                                                   partition=i % 2) for i in range(40)])
     mirrored = await consume_all(backup.bootstrap, f"{source}.{topic}", expected=40,
                                  timeout=120)
     for p in (0, 1):
         assert [r.value for r in mirrored[p]] == [f"a{i}".encode() for i in range(p, 40, 2)]
+
+    async def copied_by_spark() -> bool:  # the executor's own count of what it copied
+        now = await run.partitions(topic)
+        return all(now[p].worker_id == EXECUTOR and now[p].records_replicated == 20
+                   for p in (0, 1))
+    await wait_for(copied_by_spark, 30, "the executor does not report the copies",
+                   interval=0.5)
     # Every other flow stays with the workers: nothing makes it heavy yet.
     for _, _, other in (run.backlog, run.load):
         await run.wait_owned(other, [0], WORKER, f"{other} should run on the worker")
@@ -210,21 +239,33 @@ async def test_a_record_the_target_refuses_stops_its_partition_only_named_exactl
 
 async def test_the_executor_reports_the_replicators_mm2_metrics(run: Run) -> None:
     source, target, topic = run.pinned
-    text = await _scrape(run.metrics_port)
     tags = re.compile(r'partition="0",source="' + source + r'",target="' + target
                       + r'",topic="' + re.escape(f"{source}.{topic}") + '"')
-    for name in ("record_count_total", "byte_count_total", "record_rate", "byte_rate",
-                 "record_age_ms", "record_age_ms_min", "record_age_ms_max",
-                 "record_age_ms_avg", "replication_latency_ms_max", "record_lag"):
-        lines = [line for line in text.splitlines()
-                 if line.startswith(name + "{") and tags.search(_no_scope(line))]
-        assert lines, f"{name} for partition 0 missing from the executor's /metrics"
-    count = next(line for line in text.splitlines()
-                 if line.startswith("record_count_total{") and tags.search(_no_scope(line)))
-    assert float(count.rsplit(" ", 1)[1]) >= 40  # 20 + 10 + 10 records of partition 0
-    ages = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-            if line.startswith("record_age_ms_max{") and tags.search(_no_scope(line))]
-    assert ages[0] >= 0  # the age of records produced before they were read
+    names = ("record_count_total", "byte_count_total", "record_rate", "byte_rate",
+             "record_age_ms", "record_age_ms_min", "record_age_ms_max", "record_age_ms_avg",
+             "replication_latency_ms_max", "record_lag")
+    values: dict[str, float] = {}
+
+    async def reported() -> bool:  # metrics follow each micro-batch's commit
+        values.clear()
+        for line in (await _scrape(run.metrics_port)).splitlines():
+            name = line.split("{", 1)[0]
+            if name in names and tags.search(_no_scope(line)):
+                values[name] = float(line.rsplit(" ", 1)[1])
+        # Partition 0 got 20 + 10 + 10 records, all copied by the executor.
+        # (and all of them: nothing left behind the source's end).
+        return set(values) == set(names) and values["record_count_total"] >= 40 \
+            and values["record_lag"] == 0
+    try:
+        await wait_for(reported, 30, "the executor's /metrics lack MM2 names", interval=0.5)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: {values}\n" + "\n".join(
+            line for line in (await _scrape(run.metrics_port)).splitlines()
+            if topic in line)) from None
+    # Records are read after they were produced: ages are real, non-negative durations,
+    # and latency (to the target's ack) is at least the age (at read).
+    assert 0 <= values["record_age_ms_min"] <= values["record_age_ms_max"]
+    assert values["replication_latency_ms_max"] >= values["record_age_ms_max"]
 
 
 async def test_offload_follows_sustained_load_and_backlog_and_hands_back_when_caught_up(
@@ -287,6 +328,15 @@ async def test_a_failing_spark_query_hands_its_partitions_back_and_status_says_w
         return any(p.executor_id == EXECUTOR and f"Spark query of {source}->{target} failed"
                    in p.problem for p in (await run.status()).spark_problems)
     await wait_for(said, 30, "status does not say why the executor gave partitions back")
+    cli = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "mirrorline", "admin", "--server", run.server, "status",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        env=dict(os.environ, MIRRORLINE_CA=str(run.certs / "ca.pem"),
+                 MIRRORLINE_CERT=str(run.certs / "viewer.pem"),
+                 MIRRORLINE_KEY=str(run.certs / "viewer.key")))
+    out = (await asyncio.wait_for(cli.communicate(), 60))[0].decode()
+    assert re.search(rf"^{EXECUTOR} gave its partitions back to the workers: Spark query of "
+                     rf"{re.escape(source)}->{re.escape(target)} failed: ", out, re.M), out
     # Nothing lost: the worker goes on from the executor's recorded progress.
     mirrored = await consume_all(backup.bootstrap, remote, expected=50 + 30,
                                  timeout=120)

@@ -124,13 +124,10 @@ class RunningQuery:
         progress = q.lastProgress or {}
         latest: dict[tuple[str, int], int] = {}
         for source in progress.get("sources", []):
-            raw = source.get("latestOffset") or source.get("endOffset")
-            if isinstance(raw, str):
-                try:
-                    raw = json.loads(raw)
-                except ValueError:
-                    raw = None
-            if isinstance(raw, dict):
+            # Python data sources report latestOffset as the JSON text "null": fall back
+            # to the end the last micro-batch planned.
+            raw = _offsets(source.get("latestOffset")) or _offsets(source.get("endOffset"))
+            if raw:
                 from mirrorline_spark.options import parse_offset_key
 
                 for key, value in raw.items():
@@ -152,3 +149,13 @@ class RunningQuery:
             await self._driver.call(self._query.stop)
         finally:
             shutil.rmtree(self.checkpoint, ignore_errors=True)
+
+
+def _offsets(raw: Any) -> dict[str, Any] | None:
+    """A progress report's offsets (a dict, or JSON text of one); None otherwise."""
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except ValueError:
+            return None
+    return raw if isinstance(raw, dict) else None

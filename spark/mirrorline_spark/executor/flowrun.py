@@ -30,6 +30,7 @@ from mirrorline.kafka.acked import FlowBookkeeping
 from mirrorline.kafka.flowclients import FlowClients
 from mirrorline.kafka.rdkafka import rdkafka_config
 from mirrorline.kafka.starts import StartPlanner
+from mirrorline.kafka.watermarks import HighWatermarkProbe
 from mirrorline.telemetry.replication import PartitionMetrics, ReplicationMetrics
 from mirrorline.v1 import flows_pb2
 from mirrorline_spark.acks import PartitionAcks
@@ -59,6 +60,8 @@ class FlowRun:
         self.books: FlowBookkeeping | None = None
         self._starts: StartPlanner | None = None
         self._acks = AckServer(os.path.join(workdir, f"{safe}.sock"), self._on_batch)
+        #: The source's log ends (for lag: `record-lag`, status, the offload policy).
+        self._ends: HighWatermarkProbe | None = None
         self._query: RunningQuery | None = None
         #: What the control log gives this executor (source partition -> remote topic).
         self.owned: dict[Key, str] = {}
@@ -100,6 +103,8 @@ class FlowRun:
                 syncs=syncs, match_tail=flow.properties.get(
                     "mirrorline.resume.tail.match", "true").strip().lower() != "false")
             await self._acks.start()
+            self._ends = HighWatermarkProbe(clients.source_consumer_kwargs)
+            await self._ends.start()
         except BaseException:
             await clients.close()
             raise
@@ -112,6 +117,8 @@ class FlowRun:
         async with self._lock:
             await self._stop_query()
         await self._acks.stop()
+        if self._ends is not None:
+            await self._ends.stop()
         if self.books is not None:
             await self.books.stop()
         if self._clients is not None:
@@ -234,7 +241,9 @@ class FlowRun:
                 log.warning("%s: cannot read the query status: %r", self.name, exc)
                 continue
             self.batch_ms = status.batch_ms or self.batch_ms
-            self.latest.update(status.latest)
+            for key, end in status.latest.items():
+                self.latest[key] = max(end, self.latest.get(key, end))
+            await self._learn_ends()
             if status.active:
                 continue
             async with self._lock:
@@ -253,6 +262,23 @@ class FlowRun:
                                 f"{(status.error or 'stopped').splitlines()[0][:500]}")
                 log.error("%s; giving its partitions back to the workers", self.problem)
                 await self._stop_query()
+
+    async def _learn_ends(self) -> None:
+        """The running partitions' log ends, from fetch responses: Spark reports only what
+        its micro-batches planned (at most `maxRecordsPerPartition` past the position),
+        which understates a backlog."""
+        if self._ends is None:
+            return
+        positions = {TopicPartition(t, p): self.next_offsets.get((t, p), 0)
+                     for t, p in self.running}
+        try:
+            ends = await self._ends.refresh(positions)
+        except Exception as exc:  # a source hiccup: lag stays as last known
+            log.warning("%s: cannot read the source's log ends: %r", self.name, exc)
+            return
+        for tp, end in ends.items():
+            key = (tp.topic, tp.partition)
+            self.latest[key] = max(end, self.latest.get(key, end))
 
     def lag(self, key: Key) -> int | None:
         """Records behind the source's end as the query last saw it (`record-lag`)."""
