@@ -210,3 +210,20 @@ def test_status_and_workers_show_spark_owners_batches_and_the_ui() -> None:
     lines = format_workers(workers, now_ms=0).splitlines()
     assert lines[-1] == ("spark:x1: Spark executor, UI http://h:4040; gave its partitions "
                          "back: Spark query failed: boom")
+
+
+def test_a_partition_between_owners_keeps_its_place_until_it_is_reported_again() -> None:
+    """Nobody reports a partition while it moves: it must not bounce back for lack of
+    measurements (its load is unknown, not zero)."""
+    policy = OffloadPolicy()
+    assert decide(policy, 0, {K0: Load(5000, 0), K1: Load(0, 501)}) == {K1}
+    assert decide(policy, 10, {K0: Load(5000, 0), K1: Load(0, 501)}) == {K0, K1}
+    # Released by the worker, not yet running on Spark: no reports.
+    assert decide(policy, 11, {}) == {K0, K1}
+    assert decide(policy, 15, {}, on_spark={K0, K1}) == {K0, K1}
+    # Reported again (by Spark), still heavy: the rate clock did not restart meanwhile.
+    assert decide(policy, 16, {K0: Load(5000, -1), K1: Load(0, 400)},
+                  on_spark={K0, K1}) == {K0, K1}
+    # A partition never seen heavy stays with the workers when unreported.
+    fresh = OffloadPolicy()
+    assert decide(fresh, 0, {}) == set()

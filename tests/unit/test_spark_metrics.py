@@ -61,3 +61,13 @@ def test_the_targets_record_size_limit_reaches_librdkafka() -> None:
 def test_a_refused_record_is_named_the_same_way_on_every_path() -> None:
     assert rejected_record("target rejected the record: X", "a->b", "t", 1, 30, "a.t") == (
         "target rejected the record: X (flow a->b, topic 't', partition 1, offset 30 -> 'a.t')")
+
+
+def test_progress_offsets_fall_back_from_a_null_latest_offset() -> None:
+    from mirrorline_spark.executor.driver import _offsets
+
+    # What PySpark 4.3 reports for a Python data source: latestOffset is the text "null".
+    source = {"latestOffset": "null", "endOffset": '{"0:t": 50}'}
+    assert (_offsets(source["latestOffset"]) or _offsets(source["endOffset"])) == {"0:t": 50}
+    assert _offsets({"1:t": 7}) == {"1:t": 7}
+    assert _offsets("not json") is None and _offsets(None) is None

@@ -64,6 +64,9 @@ class OffloadPolicy:
     _since: dict[PartitionKey, tuple[bool, float]] = field(default_factory=dict)
     #: Why each partition is where the policy put it (for status).
     reasons: dict[PartitionKey, str] = field(default_factory=dict)
+    #: Sent to Spark by measurements last time: a partition no owner reports (it is
+    #: moving) keeps that place.
+    _measured: set[PartitionKey] = field(default_factory=set)
 
     def decide(self, now: float, partitions: Collection[PartitionKey],
                settings: Mapping[str, OffloadSettings], loads: Mapping[PartitionKey, Load],
@@ -74,11 +77,17 @@ class OffloadPolicy:
         `settings`: per flow name; `on_spark`: partitions Spark owns (or is taking over) now.
         """
         wanted: set[PartitionKey] = set()
+        previous, reasons = self._measured, self.reasons
+        measured: set[PartitionKey] = set()
         self.reasons = {}
         for key in partitions:
             flow = settings.get(key.flow, OffloadSettings())
             load = loads.get(key, Load())
-            rate_high_for = self._track(now, key, flow, load)
+            # A partition between owners has no report: its measurements are not zero but
+            # unknown, and judging it on nothing would send it straight back (a bounce).
+            reported = key in loads or key not in self._since
+            rate_high_for = self._track(now, key, flow, load) if reported \
+                else self._since[key]
             if not spark_alive:
                 continue
             pin = placement_of(placements, key)
@@ -93,8 +102,16 @@ class OffloadPolicy:
                     wanted.add(key)
                     self.reasons[key] = "offloaded by an operator"
                 continue
+            if not reported:
+                if key in previous:
+                    wanted.add(key)
+                    measured.add(key)
+                    self.reasons[key] = reasons.get(key, "moving to Spark")
+                continue
             if self._heavy(key, flow, load, rate_high_for, now, key in on_spark):
                 wanted.add(key)
+                measured.add(key)
+        self._measured = measured
         live = set(partitions)
         for key in [k for k in self._since if k not in live]:
             del self._since[key]
