@@ -343,17 +343,6 @@ async def test_a_failing_spark_query_hands_its_partitions_back_and_status_says_w
     assert list(dict.fromkeys(r.value for r in mirrored[0]))[20:] == \
         [f"c{i}".encode() for i in range(10)] + [f"d{i}".encode() for i in range(10)] + \
         [f"e{i}".encode() for i in range(10)]
-    # The refused record stops partition 1 on the worker too, named in the same words.
-
-    async def worker_stopped() -> bool:
-        p = (await run.partitions(topic)).get(1)
-        return p is not None and p.worker_id == WORKER and p.state == ERROR
-    await wait_for(worker_stopped, 60, f"partition 1 did not stop on the worker\n{run.tail()}",
-                   interval=0.5)
-    error = (await run.partitions(topic))[1].error
-    assert error.startswith("target rejected the record: "), error
-    assert error.endswith(f"(flow {source}->{target}, topic {topic!r}, partition 1, "
-                          f"offset 30 -> {remote!r})"), error
     # A clean stop of everything, the executor included.
     run.proc.send_signal(signal.SIGTERM)
     assert await asyncio.wait_for(run.proc.wait(), 60) == 0
