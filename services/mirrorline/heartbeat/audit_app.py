@@ -1,4 +1,5 @@
-"""The audit's state: one faust app per target cluster, its windows in a faust table.
+"""The heartbeat service's state: one faust app per target cluster, its windows in faust
+tables (the audit's windows and the canary's latency/sequence windows).
 
 Faust binds an app to one cluster, and the audit of a flow reads two. So each target
 cluster gets one app, and the per-window summaries of *both* sides of every flow into it
@@ -14,6 +15,13 @@ A replayed event (after a crash) or a stale one is ignored, and a reader that fi
 event ignored re-reads from the table's position. This is what makes a restart exact
 even when table recovery comes back a few updates short (as on brokers whose
 ListOffsets answers short of the log end): the readers simply re-read those records.
+
+The canary's table works the same way: one entry per flow and partition of the remote
+canary topic, holding the next offset to read with the partition's windowed arrival
+state (`core.canary.PartitionState`), folded by the same agent from "canary" events of
+the flow's `CanaryReader`. So a restarted service resumes latency samples, lost and
+duplicated counts and the sequences seen, rather than starting blind (which would take
+the first canary after a restart for a gap, or forget a repeat).
 
 Verdicts go to the audit topic on the target, keyed by flow, topic, partition and
 window, so a verdict written twice (a window judged again after a recovery that lost the
@@ -34,6 +42,12 @@ from typing import Any
 import faust
 
 from mirrorline.core import record_audit as audit
+from mirrorline.core.canary import (
+    CanaryRecord,
+    PartitionState,
+    fold_arrival,
+    new_partition_state,
+)
 from mirrorline.core.record_audit import Side, WindowVerdict
 from mirrorline.core.settings import FlowSettings
 from mirrorline.kafka.admin import ClusterAdmin, TopicSpec
@@ -51,13 +65,15 @@ class AuditTopics:
     events: str
     changelog: str
     results: str
+    canary_changelog: str
 
     @classmethod
     def for_deployment(cls, deployment: str | None) -> AuditTopics:
         prefix = f"mirrorline-{deployment}" if deployment else "mirrorline"
         return cls(events=f"{prefix}-heartbeat-events.internal",
                    changelog=f"{prefix}-heartbeat-audit-changelog.internal",
-                   results=f"{prefix}-audit.internal")
+                   results=f"{prefix}-audit.internal",
+                   canary_changelog=f"{prefix}-heartbeat-canary-changelog.internal")
 
 
 def verdict_key(flow: str, topic: str, partition: int, start: int) -> str:
@@ -127,6 +143,11 @@ class AuditApp:
                                    value_serializer="json")
         self.table = self.app.Table("audit", default=None, partitions=1,
                                     changelog_topic=changelog)
+        canary_changelog = self.app.topic(topics.canary_changelog, partitions=1,
+                                          compacting=True, deleting=False,
+                                          key_serializer="json", value_serializer="json")
+        self.canary_table = self.app.Table("canary", default=None, partitions=1,
+                                           changelog_topic=canary_changelog)
         self.app.agent(self._events, name=f"audit-{target}")(self._fold)
         self.started = False
         self._starting: asyncio.Task[None] | None = None
@@ -140,7 +161,9 @@ class AuditApp:
         try:
             for spec in (TopicSpec(self.topics.events, 1, -1, {"retention.ms": "3600000"}),
                          TopicSpec(self.topics.changelog, 1, -1, {"cleanup.policy": "compact"}),
-                         TopicSpec(self.topics.results, 1, -1, {"cleanup.policy": "compact"})):
+                         TopicSpec(self.topics.results, 1, -1, {"cleanup.policy": "compact"}),
+                         TopicSpec(self.topics.canary_changelog, 1, -1,
+                                   {"cleanup.policy": "compact"})):
                 await admin.ensure_topic(spec)
         finally:
             await admin.close()
@@ -200,6 +223,15 @@ class AuditApp:
         return sum(int(v["late"]) for k, v in list(self.table.items())
                    if isinstance(k, str) and k.startswith(prefix) and isinstance(v, dict))
 
+    def canary_state(self, flow: str, partition: int) -> PartitionState | None:
+        state = self.canary_table.get(f"{flow}|{partition}")
+        return state if isinstance(state, dict) else None
+
+    def canary_states(self, flow: str) -> dict[int, PartitionState]:
+        prefix = f"{flow}|"
+        return {int(k[len(prefix):]): v for k, v in list(self.canary_table.items())
+                if isinstance(k, str) and k.startswith(prefix) and isinstance(v, dict)}
+
     # -- the agent ----------------------------------------------------------------------
     async def _fold(self, stream: Any) -> None:
         async for event in stream:
@@ -219,6 +251,26 @@ class AuditApp:
             self._fold_parts(event)
         elif kind == "tick":
             await self._judge()
+        elif kind == "canary":
+            self._fold_canary(event)
+
+    def _fold_canary(self, event: Mapping[str, Any]) -> None:
+        flow, partition = str(event["flow"]), int(event["partition"])
+        key = f"{flow}|{partition}"
+        state = self.canary_table.get(key)
+        if state is None:
+            state = new_partition_state(int(event["from"]))
+        elif int(state["next"]) != int(event["from"]):
+            return  # stale or replayed: the reader re-reads from state["next"]
+        for session, sequence, sent_ms in event["records"]:
+            anomaly = fold_arrival(state, CanaryRecord(int(session), partition, int(sequence),
+                                                       int(sent_ms)),
+                                   int(event["at"]), window_ms=int(event["window"]),
+                                   since_ms=int(event["since"]))
+            if anomaly:
+                log.warning("canary %s: %s", flow, anomaly)
+        state["next"] = int(event["to"])
+        self.canary_table[key] = state
 
     def _fold_parts(self, event: Mapping[str, Any]) -> None:
         flow, side = str(event["flow"]), str(event["side"])
