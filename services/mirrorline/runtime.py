@@ -27,7 +27,8 @@ from mirrorline.kafka.causes import quiet_aiokafka
 
 log = logging.getLogger(__name__)
 
-#: Time `stop()` gets after SIGTERM before the process gives up on it and exits.
+#: Time `stop()` gets after SIGTERM before the process gives up on it and exits (a
+#: service may ask for more with a `stop_budget_s` attribute, still a few seconds).
 STOP_BUDGET_S = 1.7
 #: Time tasks still running after `stop()` get to finish once cancelled.
 CANCEL_BUDGET_S = 0.3
@@ -77,7 +78,8 @@ async def serve(service: Service) -> None:
         start.cancel()
         await stop_within(asyncio.gather(start, return_exceptions=True), CANCEL_BUDGET_S,
                           "abandoning start-up")
-    await stop_within(service.stop(), STOP_BUDGET_S, "stopping")
+    await stop_within(service.stop(), getattr(service, "stop_budget_s", STOP_BUDGET_S),
+                      "stopping")
     log.info("stopped")
 
 

@@ -56,8 +56,9 @@ log = logging.getLogger(__name__)
 
 #: Seconds between judging rounds.
 TICK_S = 0.5
-#: Longest wait for faust to stop (it stops within a second normally).
-STOP_TIMEOUT_S = 10.0
+#: Longest wait for each step of stopping faust (it stops within a second normally);
+#: the service's whole stop fits in `HeartbeatService.stop_budget_s`.
+STOP_TIMEOUT_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,15 @@ def faust_credentials(client_kwargs: Mapping[str, Any]) -> Any:
                                      password=client_kwargs.get("sasl_plain_password"),
                                      ssl_context=context, mechanism=mechanism)
     return None
+
+
+def _cancel_inner_tasks(loop: asyncio.AbstractEventLoop) -> None:
+    """Cancel what the consumer thread's loop waits on, except its main task (`_serve`),
+    which then shuts the thread down in order."""
+    for task in asyncio.all_tasks(loop):
+        if not task.get_name().startswith("_serve") and task.get_coro() is not None and \
+                getattr(task.get_coro(), "__qualname__", "") != "ServiceThread._serve":
+            task.cancel()
 
 
 def _part_key(flow: str, side: str, part: str) -> str:
@@ -191,15 +201,46 @@ class AuditApp:
         await self.send({"kind": "init", "flow": name, "start": first})
 
     async def stop(self) -> None:
+        """Stop the app in whatever state it is, and leave nothing running.
+
+        Faust runs its Kafka consumer in a thread of its own (mode's `ServiceThread`,
+        not a daemon). A start cut short, or a stop that overran, leaves that thread and
+        its event loop running, and the process then never exits. So after faust's own
+        stop (bounded) the consumer thread is told to stop and awaited; if it still does
+        not end (its consumer stuck on a cluster that does not answer), the tasks of its
+        loop are cancelled until it does.
+        """
         if self._ticker is not None:
             self._ticker.cancel()
             await asyncio.gather(self._ticker, return_exceptions=True)
-        if self._starting is not None:
-            starting, self._starting, self.started = self._starting, None, False
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(asyncio.shield(starting), STOP_TIMEOUT_S)
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.app.stop(), STOP_TIMEOUT_S)
+        starting, self._starting, self.started = self._starting, None, False
+        if starting is None:
+            return
+        if not starting.done():
+            starting.cancel()
+            await asyncio.wait({starting}, timeout=STOP_TIMEOUT_S)
+        with contextlib.suppress(BaseException):
+            await asyncio.wait_for(self.app.stop(), STOP_TIMEOUT_S)
+        await self._end_consumer_thread()
+
+    async def _end_consumer_thread(self) -> None:
+        consumer = getattr(self.app, "_consumer", None)
+        service = getattr(consumer, "_thread", None)
+        worker = getattr(service, "_thread", None)
+        if service is None or worker is None:
+            return
+        loop = service.thread_loop
+        deadline = asyncio.get_running_loop().time() + STOP_TIMEOUT_S
+        with contextlib.suppress(RuntimeError):  # its loop closed already: it is ending
+            loop.call_soon_threadsafe(service._stopped.set)
+        while worker.is_alive():
+            if asyncio.get_running_loop().time() > deadline:
+                log.warning("audit %s: faust's consumer thread did not stop; cancelling it",
+                            self.target)
+                with contextlib.suppress(RuntimeError):
+                    loop.call_soon_threadsafe(_cancel_inner_tasks, loop)
+                deadline += 1.0
+            await asyncio.sleep(0.05)
 
     async def send(self, event: dict[str, Any]) -> None:
         await self._events.send(value=event)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 from mirrorline.core.backoff import Backoff
 
@@ -18,6 +19,24 @@ log = logging.getLogger(__name__)
 
 #: Longest wait between attempts, in seconds.
 MAX_BACKOFF_S = 10.0
+
+
+#: Seconds between cancellations of a task that has not ended yet.
+RECANCEL_S = 1.0
+
+
+async def cancel_and_wait(*tasks: asyncio.Task[Any]) -> None:
+    """Cancel `tasks` and wait until every one has ended, cancelling again as needed.
+
+    One cancellation is not always enough: a Kafka client connecting to a cluster that
+    does not answer can swallow it (aiokafka's bootstrap catches broad errors), and the
+    task then carries on into its retry loop -- a stop that never ends.
+    """
+    pending = {t for t in tasks if not t.done()}
+    while pending:
+        for task in pending:
+            task.cancel()
+        _done, pending = await asyncio.wait(pending, timeout=RECANCEL_S)
 
 
 class Retrying:
@@ -35,14 +54,15 @@ class Retrying:
         self.error: str | None = self.initial_error
         self._task: asyncio.Task[None] | None = None
         self._attempt = 0
+        self._stopping = False
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._retry(), name=self.name)
 
     async def stop(self) -> None:
+        self._stopping = True
         if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+            await cancel_and_wait(self._task)
 
     async def _session(self) -> None:
         raise NotImplementedError
@@ -63,7 +83,7 @@ class Retrying:
 
     async def _retry(self) -> None:
         backoff = Backoff(maximum=MAX_BACKOFF_S)
-        while True:
+        while not self._stopping:
             try:
                 await self._session()
             except asyncio.CancelledError:

@@ -37,6 +37,7 @@ from mirrorline.heartbeat.canary import CanaryReader, CanarySender
 from mirrorline.heartbeat.clients import cluster_kwargs
 from mirrorline.heartbeat.emitter import HeartbeatEmitter
 from mirrorline.heartbeat.metrics import register_metrics
+from mirrorline.heartbeat.retrying import cancel_and_wait
 from mirrorline.heartbeat.topology import TopologyWatcher
 from mirrorline.heartbeat.verdicts import VerdictStore
 from mirrorline.kafka.reader import read_topic
@@ -52,6 +53,10 @@ STALE_MIN_MS = 10_000
 
 
 class HeartbeatService:
+    #: Seconds `stop()` may take (see `mirrorline.runtime`): faust's stop and the end of
+    #: its consumer thread need more than the default (`AuditApp.stop`).
+    stop_budget_s = 7.0
+
     def __init__(self, settings: MirrorSettings, *, instance_id: str = "heartbeat",
                  targets: Sequence[str] | None = None, grpc_host: str = "127.0.0.1",
                  grpc_port: int = 0, metrics_host: str = "127.0.0.1",
@@ -88,6 +93,7 @@ class HeartbeatService:
         self._audit_tasks: dict[str, asyncio.Task[None]] = {}
         self.audit_topics = AuditTopics.for_deployment(settings.deployment)
         self.apps: dict[str, AuditApp] = {}
+        self._pending_apps: dict[str, AuditApp] = {}
         self.audit_readers: list[AuditReader] = []
         #: Why the state app of a target cluster cannot start (target alias -> reason).
         self.state_errors: dict[str, str] = {}
@@ -97,6 +103,7 @@ class HeartbeatService:
         self._home_error: str | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._changed = asyncio.Event()
+        self._stopping = False
 
     def _policy(self, alias: str) -> ReplicationPolicy:
         for flow in self.settings.flows.values():
@@ -231,6 +238,9 @@ class HeartbeatService:
                            on_verdict=self._verdict, since_ms=self.started_ms,
                            client_kwargs=cluster_kwargs(self.settings, target, "consumer",
                                                         f"heartbeat-{target}-audit"))
+            # Until it is started (or given up), `stop()` stops it: a cancelled start must
+            # not leave faust's consumer thread behind.
+            self._pending_apps[target] = app
             try:
                 await app.create_topics()
                 self.verdicts.load(self.audit_topics.results, await read_topic(
@@ -239,10 +249,9 @@ class HeartbeatService:
                     self.audit_topics.results, partitions=1))
                 await asyncio.wait_for(app.start(), 120)
                 break
-            except asyncio.CancelledError:
-                await asyncio.shield(app.stop())
-                raise
             except Exception as exc:
+                if self._stopping:  # a cancellation some client turned into an error
+                    return
                 reason = f"target cluster {target!r} unreachable for the audit: {exc!r}"
                 self.state_errors[target] = reason
                 if reason != said:
@@ -250,10 +259,11 @@ class HeartbeatService:
                     said = reason
                 with contextlib.suppress(Exception):
                     await app.stop()
+                del self._pending_apps[target]
                 await asyncio.sleep(backoff.delay(attempt))
                 attempt += 1
         self.state_errors.pop(target, None)
-        self.apps[target] = app
+        self.apps[target] = self._pending_apps.pop(target)
         # Flows added or removed while the app was starting.
         for name in set(app.flows) - set(self.audited):
             app.flows.pop(name)
@@ -315,13 +325,13 @@ class HeartbeatService:
     async def stop(self) -> None:
         await self._grpc.set_serving(False)
         tasks = [*self._tasks, *self._audit_tasks.values()]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        self._stopping = True
+        await cancel_and_wait(*tasks)
         parts: list[Any] = [*self.emitters, *self.watchers.values(), *self.senders.values(),
                  *self.canary_readers.values(), *self.audit_readers]
         await asyncio.gather(*(p.stop() for p in parts), return_exceptions=True)
-        await asyncio.gather(*(a.stop() for a in self.apps.values()), return_exceptions=True)
+        apps = [*self.apps.values(), *self._pending_apps.values()]
+        await asyncio.gather(*(a.stop() for a in apps), return_exceptions=True)
         if self._control is not None:
             with contextlib.suppress(Exception):
                 await self._control.stop()
