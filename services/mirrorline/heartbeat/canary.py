@@ -139,8 +139,9 @@ class CanaryReader(Retrying):
 
     def __init__(self, flow_name: str, target: str, topic: str, canary: FlowCanary, *,
                  consumer_kwargs: Mapping[str, Any], since_ms: int,
-                 app: Callable[[], AuditApp | None]) -> None:
+                 app: Callable[[], AuditApp | None], tracer: trace.Tracer) -> None:
         super().__init__(f"canary reader {flow_name}")
+        self._tracer = tracer
         self.flow_name = flow_name
         self.target = target
         self.topic = topic
@@ -231,7 +232,8 @@ class CanaryReader(Retrying):
         if records[0].offset != start:  # not where the table stands: re-read from there
             consumer.seek(tp, start)
             return
-        decoded = [c for c in (self._decode(r) for r in records) if c is not None]
+        pairs = [(r, c) for r, c in ((r, self._decode(r)) for r in records) if c is not None]
+        decoded = [c for _r, c in pairs]
         to = records[-1].offset + 1
         await app.send({"kind": "canary", "flow": self.flow_name, "partition": tp.partition,
                         "from": start, "to": to, "at": arrival_ms, "since": self.since_ms,
@@ -243,8 +245,28 @@ class CanaryReader(Retrying):
             state = app.canary_state(self.flow_name, tp.partition)
             consumer.seek(tp, start if state is None else int(state["next"]))
             return
-        for canary in decoded:
+        for record, canary in pairs:
             self.canary.seen(canary)
+            self._arrival_span(record, canary, arrival_ms)
+
+    def _arrival_span(self, record: Any, canary: CanaryRecord, arrival_ms: int) -> None:
+        """The canary's arrival, in the trace its sender started (the replicator copies
+        the record's `traceparent`, and links its batch span to it): one trace shows the
+        canary from produce through replication to here."""
+        carrier = {k: v.decode("ascii", "replace") for k, v in (record.headers or ())
+                   if k == TRACEPARENT and v is not None}
+        span = self._tracer.start_span(
+            f"{self.topic} process", context=_PROPAGATOR.extract(carrier),
+            kind=trace.SpanKind.CONSUMER, start_time=arrival_ms * 1_000_000,
+            attributes={"messaging.system": "kafka",
+                        "messaging.destination.name": self.topic,
+                        "messaging.destination.partition.id": str(record.partition),
+                        "messaging.kafka.offset": record.offset,
+                        "messaging.operation.type": "process",
+                        "mirrorline.flow": self.flow_name,
+                        "mirrorline.canary.sequence": canary.sequence,
+                        "mirrorline.canary.latency_ms": max(0, arrival_ms - canary.sent_ms)})
+        span.end()
 
     async def _applied(self, app: AuditApp, partition: int, to: int) -> bool:
         loop = asyncio.get_running_loop()

@@ -182,7 +182,8 @@ class HeartbeatService:
                                                                policy.canary_topic()),
             canary, consumer_kwargs=cluster_kwargs(
                 self.settings, flow.target, "consumer", f"heartbeat-{flow.name}-canary"),
-            since_ms=int(time.time() * 1000), app=lambda: self.apps.get(target))
+            since_ms=int(time.time() * 1000), app=lambda: self.apps.get(target),
+            tracer=self._tracer())
         reader.start()
 
     async def _remove_canary(self, name: str) -> None:
