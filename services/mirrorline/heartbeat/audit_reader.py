@@ -96,7 +96,8 @@ class AuditReader(Retrying):
                      if not self.policy.is_heartbeats_topic(t) and should_replicate_topic(
                          t, policy=self.policy, topic_filter=self._filter,
                          target_alias=self.flow.target,
-                         heartbeats_replication_enabled=False)}
+                         heartbeats_replication_enabled=False,
+                         canary_enabled=self.flow.canary.enabled)}
             self.topics.partitions = {t: n for t, n in found.items() if n}
             return dict(self.topics.partitions)
         remote = await partitions_by_topic(consumer, [self._remote(t)
