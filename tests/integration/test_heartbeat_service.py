@@ -240,7 +240,9 @@ def _canary_trace(spans: list[ReceivedSpan]) -> tuple[ReceivedSpan, ...] | None:
                 if s.service == "mirrorline-heartbeat"
                 and s.span.name == "alpha.mirrorline-canary process"}
     batches = {(link.trace_id, link.span_id): s for s in spans
-               if s.service == "mirrorline-replicator" for link in s.span.links}
+               if s.service == "mirrorline-replicator"
+               and _attribute(s.span, "mirrorline.flow") == "alpha->bravo"
+               for link in s.span.links}
     for s in spans:
         if s.service == "mirrorline-heartbeat" and s.span.name == "mirrorline-canary publish":
             key = (s.span.trace_id, s.span.span_id)
