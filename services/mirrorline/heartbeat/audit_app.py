@@ -113,8 +113,7 @@ def _cancel_inner_tasks(loop: asyncio.AbstractEventLoop) -> None:
     """Cancel what the consumer thread's loop waits on, except its main task (`_serve`),
     which then shuts the thread down in order."""
     for task in asyncio.all_tasks(loop):
-        if not task.get_name().startswith("_serve") and task.get_coro() is not None and \
-                getattr(task.get_coro(), "__qualname__", "") != "ServiceThread._serve":
+        if getattr(task.get_coro(), "__qualname__", "") != "ServiceThread._serve":
             task.cancel()
 
 
