@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import faust
+from mode.threads import WorkerThread
 
 from mirrorline.core import record_audit as audit
 from mirrorline.core.canary import (
@@ -51,6 +52,7 @@ from mirrorline.core.canary import (
 from mirrorline.core.record_audit import Side, WindowVerdict
 from mirrorline.core.settings import FlowSettings
 from mirrorline.kafka.admin import ClusterAdmin, TopicSpec
+from mirrorline.runtime import stop_within
 
 log = logging.getLogger(__name__)
 
@@ -109,12 +111,28 @@ def faust_credentials(client_kwargs: Mapping[str, Any]) -> Any:
     return None
 
 
-def _cancel_inner_tasks(loop: asyncio.AbstractEventLoop) -> None:
-    """Cancel what the consumer thread's loop waits on, except its main task (`_serve`),
-    which then shuts the thread down in order."""
-    for task in asyncio.all_tasks(loop):
-        if getattr(task.get_coro(), "__qualname__", "") != "ServiceThread._serve":
-            task.cancel()
+def _quiet_faust() -> None:
+    """What is left of an abandoned faust app is cancelled or dropped at exit and would
+    report each piece with a traceback; the warning before this already said why."""
+    for name in ("faust", "mode"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
+class _DaemonWorker(WorkerThread):
+    """Faust's consumer thread, as a daemon: if its consumer hangs on a cluster that does
+    not answer even after the app was stopped, it must not keep the process alive."""
+
+    def __init__(self, service: Any, **kwargs: Any) -> None:
+        super().__init__(service, **kwargs)
+        self.daemon = True
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except BaseException as exc:
+            # aiokafka's consumer, stopped while its cluster is down, lets the cancellation
+            # of its own fetch task escape; the thread is ending either way.
+            log.info("faust's consumer thread ended with %r", exc)
 
 
 def _part_key(flow: str, side: str, part: str) -> str:
@@ -183,6 +201,9 @@ class AuditApp:
         # Faust's start runs in a task of its own: interrupting it halfway (SIGTERM during the
         # group join) leaves services behind that keep the process from exiting, so a stop
         # lets it finish (bounded) and then stops the app properly.
+        consumer_thread = getattr(self.app.consumer, "_thread", None)
+        if consumer_thread is not None:
+            consumer_thread.Worker = _DaemonWorker
         self._starting = asyncio.create_task(self.app.start(), name=f"faust {self.target}")
         await asyncio.shield(self._starting)
         self.started = True
@@ -200,14 +221,15 @@ class AuditApp:
         await self.send({"kind": "init", "flow": name, "start": first})
 
     async def stop(self) -> None:
-        """Stop the app in whatever state it is, and leave nothing running.
+        """Stop the app in whatever state it is, and leave nothing that holds the process.
 
-        Faust runs its Kafka consumer in a thread of its own (mode's `ServiceThread`,
-        not a daemon). A start cut short, or a stop that overran, leaves that thread and
-        its event loop running, and the process then never exits. So after faust's own
-        stop (bounded) the consumer thread is told to stop and awaited; if it still does
-        not end (its consumer stuck on a cluster that does not answer), the tasks of its
-        loop are cancelled until it does.
+        Faust runs its Kafka consumer in a thread of its own (mode's `ServiceThread`). A
+        start cut short, or a stop that overran, used to leave that thread and its event
+        loop running, and the process then never exited. So an unfinished start is
+        cancelled, faust's own stop runs (bounded), and the consumer thread is then told
+        to stop and awaited (bounded). Should it still hang on a cluster that does not
+        answer, it is a daemon thread (see `start`) and ends with the process; faust's
+        remains are then silenced after one line saying why.
         """
         if self._ticker is not None:
             self._ticker.cancel()
@@ -218,28 +240,29 @@ class AuditApp:
         if not starting.done():
             starting.cancel()
             await asyncio.wait({starting}, timeout=STOP_TIMEOUT_S)
-        with contextlib.suppress(BaseException):
-            await asyncio.wait_for(self.app.stop(), STOP_TIMEOUT_S)
-        await self._end_consumer_thread()
+        if not await stop_within(self.app.stop(), STOP_TIMEOUT_S,
+                                 f"stopping the faust app of {self.target!r}"):
+            _quiet_faust()
+        if not await self._end_consumer_thread():
+            log.warning("audit %s: faust's consumer thread did not stop within %.0fs (cluster "
+                        "%r does not answer); not waiting for it", self.target,
+                        STOP_TIMEOUT_S, self.target)
+            _quiet_faust()
 
-    async def _end_consumer_thread(self) -> None:
+    async def _end_consumer_thread(self) -> bool:
+        """Tell faust's consumer thread to stop and wait for it; False if it did not."""
         consumer = getattr(self.app, "_consumer", None)
         service = getattr(consumer, "_thread", None)
         worker = getattr(service, "_thread", None)
         if service is None or worker is None:
-            return
-        loop = service.thread_loop
-        deadline = asyncio.get_running_loop().time() + STOP_TIMEOUT_S
+            return True
         with contextlib.suppress(RuntimeError):  # its loop closed already: it is ending
-            loop.call_soon_threadsafe(service._stopped.set)
-        while worker.is_alive():
-            if asyncio.get_running_loop().time() > deadline:
-                log.warning("audit %s: faust's consumer thread did not stop; cancelling it",
-                            self.target)
-                with contextlib.suppress(RuntimeError):
-                    loop.call_soon_threadsafe(_cancel_inner_tasks, loop)
-                deadline += 1.0
+            service.thread_loop.call_soon_threadsafe(service._stopped.set)
+        for _ in range(int(STOP_TIMEOUT_S / 0.05)):  # a thread's end cannot be awaited
+            if not worker.is_alive():
+                return True
             await asyncio.sleep(0.05)
+        return not worker.is_alive()
 
     async def send(self, event: dict[str, Any]) -> None:
         await self._events.send(value=event)

@@ -330,9 +330,8 @@ class HeartbeatService:
         await cancel_and_wait(*tasks)
         parts: list[Any] = [*self.emitters, *self.watchers.values(), *self.senders.values(),
                  *self.canary_readers.values(), *self.audit_readers]
-        await asyncio.gather(*(p.stop() for p in parts), return_exceptions=True)
         apps = [*self.apps.values(), *self._pending_apps.values()]
-        await asyncio.gather(*(a.stop() for a in apps), return_exceptions=True)
+        await asyncio.gather(*(p.stop() for p in [*parts, *apps]), return_exceptions=True)
         if self._control is not None:
             with contextlib.suppress(Exception):
                 await self._control.stop()
