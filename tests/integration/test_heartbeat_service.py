@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from grpc_health.v1 import health_pb2
 from helpers import Record, consume_all, create_topic, produce, wait_for
 from opentelemetry.proto.trace.v1 import trace_pb2
 from otlp_receiver import OtlpReceiver, ReceivedSpan
@@ -578,3 +579,33 @@ async def test_sigterm_while_the_audit_is_still_starting(chain: Chain, tmp_path:
         await assert_clean_sigterm(proc)
     finally:
         await proc.close()
+
+
+async def test_sigterm_after_the_target_went_down_while_running(chain: Chain,
+                                                                tmp_path: Path) -> None:
+    """Running (its faust app joined on the target), then the target cluster dies: SIGTERM
+    still ends the service within seconds, with status 0 and no traceback -- faust's
+    consumer thread, stuck on the dead cluster, no longer holds the process."""
+    delta = await start_broker("delta", log_dir=tmp_path)
+    config = tmp_path / "down.properties"
+    config.write_text(mm2_config({"alpha": chain.brokers["alpha"], "delta": delta},
+                                 {"alpha->delta": {"topics": "nothing-here"}},
+                                 canary_interval_ms="250", audit_window_ms="1000",
+                                 mirrorline_deployment="down"))
+    port = free_port()
+    proc = ServiceProcess(["heartbeat", "--config", str(config), "--grpc-port", str(port),
+                           "--metrics-port", "-1"], grpc_port=port,
+                          log_path=tmp_path / "down.log")
+    await proc.start()
+    try:
+        await proc.wait_serving(60)  # SERVING: every part, the faust app included, runs
+        await stop_broker_async(delta.pid)
+
+        async def noticed() -> bool:
+            return await proc.health() != health_pb2.HealthCheckResponse.SERVING
+
+        await wait_for(noticed, 60, "the service never noticed its target went down")
+        await assert_clean_sigterm(proc)
+    finally:
+        await proc.close()
+        await stop_broker_async(delta.pid)
