@@ -40,6 +40,8 @@ log = logging.getLogger(__name__)
 HEARTBEAT_S = 1.0
 #: Stop everything after this share of the lease without a successful heartbeat.
 FENCE_AT = 0.75
+#: Wait before trying again to apply a wish that failed.
+RETRY_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -87,7 +89,17 @@ class FlowDriver:
             await self._changed.wait()
             self._changed.clear()
             desired = self.desired
-            await self.flow.set_partitions(desired.partitions)
+            try:
+                await self.flow.set_partitions(desired.partitions)
+            except Exception as exc:
+                # Reading where to start can fail (the target briefly unreachable, a read
+                # timing out): say so and try again, rather than leave this driver dead
+                # and the partitions granted to this worker copied by nobody.
+                log.warning("%s: taking on %d partitions failed (%r); retrying in %.0fs",
+                            self.flow.name, len(desired.partitions), exc, RETRY_S)
+                await asyncio.sleep(RETRY_S)
+                self._changed.set()
+                continue
             if desired.paused and not self.flow.paused:
                 self.flow.pause()
             elif not desired.paused and self.flow.paused:
