@@ -1,10 +1,12 @@
 """The executor as a worker of kind `spark` under the controller.
 
 Like a replicator worker it replays the control log, runs what the log assigns to its
-id, heartbeats about once a second with the control-log offset it has acted on and the
-partitions it runs, and fences itself (stops every query) when it could not heartbeat
-for three quarters of its lease -- the controller waits for the whole lease before
-handing the partitions to someone else. It acts on an offset only once every hand-over
+id, heartbeats (once a second, or four times per lease if that is more often) with the
+control-log offset it has acted on and the partitions it runs, and fences itself (stops
+every query) by the clock when no heartbeat has succeeded for three quarters of its lease
+-- the controller waits for the whole lease before handing the partitions to someone
+else. Heartbeats and fencing are the replicator workers' own
+(`mirrorline.controlplane.leaseholder`). It acts on an offset only once every hand-over
 it implies is done (queries drained, progress durable), so a release it reports is one
 the next owner can resume from exactly.
 
@@ -21,22 +23,18 @@ import contextlib
 import logging
 import time
 
-import grpc
-
-from mirrorline import grpcsecure
+from mirrorline.controlplane.leaseholder import LeaseHolder
 from mirrorline.controlplane.log import ControlLog
 from mirrorline.core.errors import ConfigError
 from mirrorline.core.flowdefs import Definition, flow_settings
 from mirrorline.core.settings import MirrorSettings
 from mirrorline.telemetry.replication import ReplicationMetrics
-from mirrorline.v1 import coordinator_pb2, coordinator_pb2_grpc, flows_pb2
+from mirrorline.v1 import coordinator_pb2, flows_pb2
 from mirrorline_spark.executor.driver import SparkDriver
 from mirrorline_spark.executor.flowrun import FlowRun
 
 log = logging.getLogger(__name__)
 
-HEARTBEAT_S = 1.0
-FENCE_AT = 0.75
 PROBLEM_HOLD_S = 30.0
 KIND = "spark"
 
@@ -54,18 +52,24 @@ class SparkAgent:
         self._workdir = workdir
         self.runs: dict[str, FlowRun] = {}
         self.broken: dict[str, str] = {}
-        self.fenced = False
         self.acted_offset = -1
-        self.lease_s = 6.0
-        self.heartbeat_error: str | None = None
         self._problem_cleared_at: dict[str, float] = {}
-        self._last_ok: float | None = None
         self._changed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
-        self._channel: grpc.aio.Channel | None = None
-        self._channel_address: str | None = None
-        self._closing: set[asyncio.Future[None]] = set()
         self._started_ms = int(time.time() * 1000)
+        # Heartbeats and fencing by the clock, exactly as for replicator workers.
+        self.lease = LeaseHolder(f"executor {worker_id}",
+                                 leader_address=lambda: control.state.leader_address,
+                                 beat=self._beat, on_fence=self._changed.set,
+                                 on_unfence=self._changed.set)
+
+    @property
+    def fenced(self) -> bool:
+        return self.lease.fenced
+
+    @property
+    def heartbeat_error(self) -> str | None:
+        return self.lease.heartbeat_error
 
     @property
     def problem(self) -> str:
@@ -74,7 +78,7 @@ class SparkAgent:
     async def start(self) -> None:
         self.control.listen(lambda *_: self._changed.set())
         self._tasks.append(asyncio.create_task(self._follow(), name="follow control log"))
-        self._tasks.append(asyncio.create_task(self._heartbeats(), name="heartbeats"))
+        self.lease.start()
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -82,8 +86,7 @@ class SparkAgent:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await asyncio.gather(*(r.close() for r in self.runs.values()), return_exceptions=True)
         self.runs.clear()
-        if self._channel is not None:
-            await self._channel.close()
+        await self.lease.stop()
 
     # -- following the log --------------------------------------------------------------
     async def _follow(self) -> None:
@@ -143,51 +146,8 @@ class SparkAgent:
     def owned(self) -> list[flows_pb2.PartitionStatus]:
         return [p for r in self.runs.values() for p in r.partitions()]
 
-    async def _heartbeats(self) -> None:
-        while True:
-            await self._heartbeat_once()
-            await asyncio.sleep(HEARTBEAT_S)
-
-    async def _heartbeat_once(self) -> None:
-        address = self.control.state.leader_address
-        now = time.monotonic()
-        if not address:
-            self.heartbeat_error = "no controller leads yet"
-            return
-        try:
-            stub = coordinator_pb2_grpc.CoordinatorStub(self._channel_to(address))
-            reply = await stub.Heartbeat(coordinator_pb2.WorkerHeartbeat(
-                worker_id=self.worker_id, address=self.address,
-                applied_offset=self.acted_offset, partitions=self.owned(),
-                started_at_ms=self._started_ms, kind=KIND,
-                ui_address=self._driver.ui_address, problem=self.problem),
-                timeout=max(1.0, self.lease_s / 4))
-        except grpc.aio.AioRpcError as exc:
-            self.heartbeat_error = (f"heartbeat to {address} failed: {exc.code().name} "
-                                    f"{exc.details()}")
-            if (not self.fenced and self._last_ok is not None
-                    and now - self._last_ok > FENCE_AT * self.lease_s):
-                log.error("executor %s: no heartbeat for %.1fs (lease %.1fs); stopping every "
-                          "query until the controller answers", self.worker_id,
-                          now - self._last_ok, self.lease_s)
-                self.fenced = True
-                self._changed.set()
-            return
-        self.lease_s = reply.lease_ms / 1000.0
-        self._last_ok = now
-        self.heartbeat_error = None
-        if self.fenced:
-            log.warning("executor %s: heartbeats succeed again", self.worker_id)
-            self.fenced = False
-            self._changed.set()
-
-    def _channel_to(self, address: str) -> grpc.aio.Channel:
-        if self._channel is None or self._channel_address != address:
-            old = self._channel
-            if old is not None:
-                closing = asyncio.ensure_future(old.close())
-                self._closing.add(closing)
-                closing.add_done_callback(self._closing.discard)
-            self._channel = grpcsecure.channel(address)
-            self._channel_address = address
-        return self._channel
+    def _beat(self) -> coordinator_pb2.WorkerHeartbeat:
+        return coordinator_pb2.WorkerHeartbeat(
+            worker_id=self.worker_id, address=self.address, applied_offset=self.acted_offset,
+            partitions=self.owned(), started_at_ms=self._started_ms, kind=KIND,
+            ui_address=self._driver.ui_address, problem=self.problem)
