@@ -149,11 +149,13 @@ async def run(primary: LocalBroker, backup: LocalBroker,
     spark_tmp = tmp / "spark-tmp"
     spark_tmp.mkdir()
     log = tmp / "run.log"
+    # The default lease (6 s): nothing here waits for one to run out, and a 2 s lease
+    # (heartbeat timeouts of 0.5 s) fences busy services on a loaded 2-core machine.
     with log.open("wb") as out:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "mirrorline", "run", "--config", str(config),
             "--workers", "1", "--spark", "--spark-master", "local[2]",
-            "--port-offset", str(offset), "--lease-ms", "2000", stdout=out, stderr=out,
+            "--port-offset", str(offset), "--lease-ms", "6000", stdout=out, stderr=out,
             env=dict(os.environ, TMPDIR=str(spark_tmp)))
     server = f"127.0.0.1:{GRPC_PORTS['controller'] + offset}"
     channel = grpcsecure.channel(server, ClientCredentials(
