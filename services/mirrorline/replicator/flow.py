@@ -25,13 +25,10 @@ from opentelemetry.trace import Tracer
 
 from mirrorline.core.backoff import Backoff
 from mirrorline.core.errors import ConfigError
-from mirrorline.core.exactly_once import transactional_id
-from mirrorline.core.offset_syncs import OffsetSyncPlanner
 from mirrorline.core.policy import make_policy
 from mirrorline.core.settings import FlowSettings
 from mirrorline.core.tail_match import Verdict
 from mirrorline.kafka.acked import FlowBookkeeping
-from mirrorline.kafka.admin import ClusterAdmin
 from mirrorline.kafka.causes import explain
 from mirrorline.kafka.discovery import DiscoveryResult, RemoteTopic, TopicDiscovery
 from mirrorline.kafka.flowclients import FlowClients
@@ -40,16 +37,17 @@ from mirrorline.kafka.starts import Start, StartPlanner
 from mirrorline.replicator.checker import TargetChecker
 from mirrorline.replicator.delivery import DeliveryLoop
 from mirrorline.replicator.exactly_once import check_exactly_once
+from mirrorline.replicator.flow_open import bootstrap_servers, open_flow
 from mirrorline.replicator.flow_status import partition_views
 from mirrorline.replicator.pump import Delivered, PartitionPump, PumpState
 from mirrorline.replicator.sending import abort_sends, reopen_producer, replace_transactional
-from mirrorline.replicator.source_faults import out_of_range, truncated
+from mirrorline.replicator.source_faults import check_truncation, out_of_range
+from mirrorline.replicator.tracing import trace_fetch, trace_produce
 from mirrorline.replicator.transactional import (
     RoundBooks,
     TransactionalDelivery,
     committed_progress,
 )
-from mirrorline.telemetry.links import link_records
 from mirrorline.telemetry.replication import PartitionMetrics, ReplicationMetrics
 from mirrorline.v1 import flows_pb2
 
@@ -99,11 +97,8 @@ class FlowReplicator:
         self._consumer: AIOKafkaConsumer | None = None
         self._producer: AIOKafkaProducer | None = None
         self._clients: FlowClients | None = None
-        self.source_admin: ClusterAdmin | None = None
-        self.target_admin: ClusterAdmin | None = None
         self._books: FlowBookkeeping | None = None
         self._progress: ProgressStore | None = None
-        self._planner: OffsetSyncPlanner | None = None
         self._discovery: TopicDiscovery | None = None
         self._planner_of_starts: StartPlanner | None = None
         self._delivery: DeliveryLoop | None = None
@@ -132,9 +127,8 @@ class FlowReplicator:
                 await self._close_clients()
                 delay = self._backoff.delay(attempt)
                 attempt += 1
-                servers = [*self.flow.clients.source_admin.get("bootstrap.servers", "").split(","),
-                           *self.flow.clients.target_admin.get("bootstrap.servers", "").split(",")]
-                self.error = f"cannot start flow {self.name}: {explain(exc, servers)}"
+                self.error = (f"cannot start flow {self.name}: "
+                              f"{explain(exc, bootstrap_servers(self.flow))}")
                 log.warning("%s (retrying in %.1fs)", self.error, delay)
                 await asyncio.sleep(delay)
         if self._stopping:
@@ -167,43 +161,14 @@ class FlowReplicator:
         log.info("%s: replicating (worker %s)", self.name, self.worker_id)
 
     async def _connect(self, transactional: bool = False) -> None:
-        flow = self.flow
-        # Standalone, a flow has one owner whatever the worker id: any new replicator of
-        # the flow fences the previous one. Under a controller, the worker owns its set.
-        owner = "standalone" if self._discover else self.worker_id
-        txn_id = (transactional_id(flow.properties.get("mirrorline.deployment"), flow.name,
-                                   owner) if transactional else None)
-        clients = self._clients = await FlowClients.open(flow, self.worker_id,
-                                                         transactional_id=txn_id)
+        opened = await open_flow(self.flow, self.policy, self.worker_id,
+                                 standalone=self._discover, transactional=transactional)
+        clients = self._clients = opened.clients
         self._consumer, self._producer = clients.consumer, clients.producer
-        self.source_admin, self.target_admin = clients.source_admin, clients.target_admin
-        books = self._books = await FlowBookkeeping.open(flow, self.policy, clients)
-        self._progress, self._planner = books.progress, books.planner
-        self._saved = await self._progress.load()
-        map_topic = books.map_writer.topic
-        syncs = None
-        if flow.emit_offset_syncs_enabled:
-            at_source = flow.offset_syncs_topic_location == "source"
-            syncs = (self.policy.offset_syncs_topic(flow.target if at_source else flow.source),
-                     clients.source_consumer_kwargs if at_source
-                     else clients.target_consumer_kwargs)
-        self._planner_of_starts = StartPlanner(
-            self.name, consumer=clients.consumer, source_consumer=clients.source_consumer_kwargs,
-            target_consumer=clients.target_consumer_kwargs, map_topic=map_topic,
-            reset=flow.clients.source_consumer.get("auto.offset.reset", "earliest"),
-            # In exactly-once mode committed progress is exact: there is no tail to match.
-            syncs=syncs, match_tail=txn_id is None and flow.properties.get(
-                "mirrorline.resume.tail.match", "true").strip().lower() != "false")
-        if txn_id is not None:
-            books.committed_with_records = True
-            self._txn_books = RoundBooks(flow.source, map_topic)
-            if books.sync_sender is not None and flow.offset_syncs_topic_location == "target":
-                # Offset syncs on the target join each round's transaction.
-                self._txn_books.planner, self._txn_books.syncs_topic = (
-                    books.planner, books.sync_sender.topic)
-                books.sync_sender = None
-        self._discovery = TopicDiscovery(flow, self.policy, source=clients.source_admin,
-                                         target=clients.target_admin)
+        self._books, self._saved = opened.books, opened.saved
+        self._progress = opened.books.progress
+        self._planner_of_starts, self._discovery = opened.starts, opened.discovery
+        self._txn_books = opened.txn_books
 
     async def stop(self) -> None:
         """Finish batches in flight, persist progress and offset syncs, close clients."""
@@ -262,7 +227,6 @@ class FlowReplicator:
             await self._clients.close()
         self._clients = None
         self._consumer = self._producer = None
-        self.source_admin = self.target_admin = None
 
     # -- which partitions ---------------------------------------------------------------
     async def _discovery_loop(self) -> None:
@@ -428,10 +392,7 @@ class FlowReplicator:
             if pump.backlog_chunks >= MAX_BACKLOG_CHUNKS and tp not in self._throttled:
                 consumer.pause(tp)
                 self._throttled.add(tp)
-        span = self._tracer.start_span("fetch", start_time=started, attributes={
-            "mirrorline.flow": self.name, "messaging.batch.message_count": count,
-            "mirrorline.partitions": len(batches)})
-        span.end()
+        trace_fetch(self._tracer, self.name, started, count, len(batches))
 
     def _on_ack(self, pump: PartitionPump, delivered: Delivered) -> None:
         records, base = delivered.records, delivered.base_offset
@@ -452,13 +413,7 @@ class FlowReplicator:
             self._throttled.discard(tp)
             if self._consumer is not None and tp in self._pumps:
                 self._consumer.resume(tp)
-        span = self._tracer.start_span("produce", start_time=delivered.sent_ns, attributes={
-            "mirrorline.flow": self.name, "messaging.destination.name": pump.target_topic,
-            "messaging.destination.partition.id": str(pump.partition),
-            "messaging.batch.message_count": len(records),
-            "mirrorline.source.offset": records[0].offset, "mirrorline.target.offset": base})
-        link_records(span, records)
-        span.end()
+        trace_produce(self._tracer, self.name, pump, delivered)
 
     def _lag(self, tp: TopicPartition, pump: PartitionPump) -> int | None:
         high = self._consumer.highwater(tp) if self._consumer is not None else None
@@ -475,11 +430,7 @@ class FlowReplicator:
         while not self._stopping:
             await asyncio.sleep(1.0)
             if self._consumer is not None:
-                for tp, pump in list(self._pumps.items()):
-                    high = self._consumer.highwater(tp)
-                    if (pump.state is PumpState.RUNNING and high is not None
-                            and high < pump.fetch_position):
-                        truncated(self._consumer, tp, pump, high)
+                check_truncation(self._consumer, self._pumps)
             if self._books is not None and time.monotonic() - last_flush >= interval:
                 last_flush = time.monotonic()
                 self._books.flush_syncs()
