@@ -47,7 +47,6 @@ from mirrorline.cli import (
 from mirrorline.cli.admin_args import (
     DEFAULT_SERVER,
     SERVER_ENV,
-    RequestError,
     alias_arg,
     build_create_request,
     build_update_request,
@@ -59,6 +58,7 @@ from mirrorline.cli.admin_args import (
 )
 from mirrorline.cli.admin_calls import (
     AdminError,
+    built,
     connection_of,
     emit,
     fail,
@@ -108,19 +108,13 @@ def _flow_call(
 
 
 def _flows_create(args: argparse.Namespace) -> int:
-    try:
-        request = build_create_request(args)
-    except RequestError as exc:
-        return usage_error(args, str(exc))
-    return unary(args, lambda stub: stub.CreateFlow, request, format_flow)
+    return unary(args, lambda stub: stub.CreateFlow, built(args, build_create_request),
+                 format_flow)
 
 
 def _flows_update(args: argparse.Namespace) -> int:
-    try:
-        request = build_update_request(args)
-    except RequestError as exc:
-        return usage_error(args, str(exc))
-    return unary(args, lambda stub: stub.UpdateFlow, request, format_flow)
+    return unary(args, lambda stub: stub.UpdateFlow, built(args, build_update_request),
+                 format_flow)
 
 
 def _flows_delete(args: argparse.Namespace) -> int:
