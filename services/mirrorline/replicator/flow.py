@@ -7,20 +7,20 @@ the flow records progress, plans offset syncs (MM2's rule) and updates metrics.
 
 In standalone mode the flow discovers its topics itself every
 `refresh.topics.interval.seconds`; under a controller it is told which partitions to own.
+
+This module is the flow's lifecycle and what it owns; opening its clients and bookkeeping
+is `flow_open`, the records' way from fetch to acknowledgement is `traffic`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 import functools
 import logging
-import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.errors import KafkaError, OffsetOutOfRangeError
+from aiokafka import AIOKafkaProducer, TopicPartition
 from opentelemetry.trace import Tracer
 
 from mirrorline.core.backoff import Backoff
@@ -28,21 +28,18 @@ from mirrorline.core.errors import ConfigError
 from mirrorline.core.policy import make_policy
 from mirrorline.core.settings import FlowSettings
 from mirrorline.core.tail_match import Verdict
-from mirrorline.kafka.acked import FlowBookkeeping
 from mirrorline.kafka.causes import explain
 from mirrorline.kafka.discovery import DiscoveryResult, RemoteTopic, TopicDiscovery
 from mirrorline.kafka.flowclients import FlowClients
-from mirrorline.kafka.progress import ProgressStore
 from mirrorline.kafka.starts import Start, StartPlanner
 from mirrorline.replicator.checker import TargetChecker
 from mirrorline.replicator.delivery import DeliveryLoop
 from mirrorline.replicator.exactly_once import check_exactly_once
 from mirrorline.replicator.flow_open import bootstrap_servers, open_flow
 from mirrorline.replicator.flow_status import partition_views
-from mirrorline.replicator.pump import Delivered, PartitionPump, PumpState
+from mirrorline.replicator.pump import PartitionPump, PumpState
 from mirrorline.replicator.sending import abort_sends, reopen_producer, replace_transactional
-from mirrorline.replicator.source_faults import check_truncation, out_of_range
-from mirrorline.replicator.tracing import trace_fetch, trace_produce
+from mirrorline.replicator.traffic import FlowTraffic
 from mirrorline.replicator.transactional import (
     RoundBooks,
     TransactionalDelivery,
@@ -53,8 +50,6 @@ from mirrorline.v1 import flows_pb2
 
 log = logging.getLogger(__name__)
 
-#: Fetch for a partition pauses while this many fetched chunks wait in its pump.
-MAX_BACKLOG_CHUNKS = 4
 #: A partition let go with a batch in flight says why it waits, this often.
 RELEASE_WAIT_S = 10.0
 
@@ -84,21 +79,17 @@ class FlowReplicator:
         self._backoff = Backoff(maximum=10.0)
         self._pumps: dict[TopicPartition, PartitionPump] = {}
         self._pump_metrics: dict[TopicPartition, PartitionMetrics] = {}
-        self._throttled: set[TopicPartition] = set()
+        self._traffic = FlowTraffic(flow.name, self._pumps, self._pump_metrics,
+                                    metrics=metrics, tracer=tracer, backoff=self._backoff)
         self._saved: dict[tuple[str, int], int] = {}
-        self._assignment_changed = asyncio.Event()
-        self._fetch_attempt = 0
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
         self._lock = asyncio.Lock()
         self.paused = False
         self.ready = asyncio.Event()
         # Clients, created in start().
-        self._consumer: AIOKafkaConsumer | None = None
         self._producer: AIOKafkaProducer | None = None
         self._clients: FlowClients | None = None
-        self._books: FlowBookkeeping | None = None
-        self._progress: ProgressStore | None = None
         self._discovery: TopicDiscovery | None = None
         self._planner_of_starts: StartPlanner | None = None
         self._delivery: DeliveryLoop | None = None
@@ -135,26 +126,29 @@ class FlowReplicator:
             return
         self.state, self.error = FlowState.RUNNING, None
         self.ready.set()
-        assert self._books is not None
-        self._books.start()
+        assert self._traffic.books is not None
+        self._traffic.books.start()
         assert self._producer is not None
         assert self._clients is not None
+        traffic = self._traffic
         checker = TargetChecker(self._pumps, self._clients.target_consumer_kwargs,
-                                on_ack=self._on_ack, on_checked=self._wake_delivery)
+                                on_ack=traffic.on_ack, on_checked=self._wake_delivery)
         if self._txn_books is not None:
             self._delivery = TransactionalDelivery(
-                self._producer, self._pumps, fetch=self._fetch, on_ack=self._on_ack,
+                self._producer, self._pumps, fetch=traffic.fetch, on_ack=traffic.on_ack,
                 books=self._txn_books, recover=self._recover_transactional,
                 committed=self._committed, on_fenced=self._fenced,
                 poll_timeout_ms=self.flow.consumer_poll_timeout_ms)
         else:
-            self._delivery = DeliveryLoop(self._producer, self._pumps, fetch=self._fetch,
-                                          on_ack=self._on_ack,
+            self._delivery = DeliveryLoop(self._producer, self._pumps, fetch=traffic.fetch,
+                                          on_ack=traffic.on_ack,
                                           on_failed=lambda _pump: checker.wake.set(),
                                           poll_timeout_ms=self.flow.consumer_poll_timeout_ms)
         self._tasks.append(asyncio.create_task(self._delivery.run(), name=f"{self.name} copy"))
         self._tasks.append(asyncio.create_task(checker.run(), name=f"{self.name} check"))
-        self._tasks.append(asyncio.create_task(self._watch_loop(), name=f"{self.name} watch"))
+        self._tasks.append(asyncio.create_task(traffic.watch(
+            self.flow.offset_flush_interval_ms / 1000.0, lambda: self._stopping),
+            name=f"{self.name} watch"))
         if self._discover:
             self._tasks.append(asyncio.create_task(self._discovery_loop(),
                                                    name=f"{self.name} discovery"))
@@ -164,16 +158,16 @@ class FlowReplicator:
         opened = await open_flow(self.flow, self.policy, self.worker_id,
                                  standalone=self._discover, transactional=transactional)
         clients = self._clients = opened.clients
-        self._consumer, self._producer = clients.consumer, clients.producer
-        self._books, self._saved = opened.books, opened.saved
-        self._progress = opened.books.progress
+        self._traffic.consumer, self._producer = clients.consumer, clients.producer
+        self._traffic.books, self._saved = opened.books, opened.saved
+        self._traffic.progress = opened.books.progress
         self._planner_of_starts, self._discovery = opened.starts, opened.discovery
         self._txn_books = opened.txn_books
 
     async def stop(self) -> None:
         """Finish batches in flight, persist progress and offset syncs, close clients."""
         self._stopping = True
-        self._assignment_changed.set()
+        self._traffic.assignment_changed.set()
         for pump in self._pumps.values():
             pump.stop()
         if self._delivery is not None and not await self._delivery.drain(timeout=10.0):
@@ -181,8 +175,8 @@ class FlowReplicator:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self._books is not None:
-            await self._books.stop()
+        if self._traffic.books is not None:
+            await self._traffic.books.stop()
         await self._close_clients()
         self.state = FlowState.STOPPED
 
@@ -226,7 +220,7 @@ class FlowReplicator:
         if self._clients is not None:
             await self._clients.close()
         self._clients = None
-        self._consumer = self._producer = None
+        self._traffic.consumer = self._producer = None
 
     # -- which partitions ---------------------------------------------------------------
     async def _discovery_loop(self) -> None:
@@ -265,34 +259,36 @@ class FlowReplicator:
         stopped after their last batch settled, with their progress durable on return."""
         async with self._lock:
             if not self._discover and any(tp not in self._pumps for tp in wanted):
-                assert self._progress is not None
-                self._saved = await self._progress.load()
+                assert self._traffic.progress is not None
+                self._saved = await self._traffic.progress.load()
             await self._reassign(wanted)
-            if self._progress is not None:
-                await self._progress.flush()
+            if self._traffic.progress is not None:
+                await self._traffic.progress.flush()
 
     def pause(self) -> None:
         self.paused = True
+        consumer = self._traffic.consumer
         for pump in self._pumps.values():
             pump.pause()
-        if self._consumer is not None and self._pumps:
-            self._consumer.pause(*self._pumps)
+        if consumer is not None and self._pumps:
+            consumer.pause(*self._pumps)
         if self.state is FlowState.RUNNING:
             self.state = FlowState.PAUSED
 
     def resume(self) -> None:
         self.paused = False
+        consumer = self._traffic.consumer
         for tp, pump in self._pumps.items():
             pump.resume()
-            if self._consumer is not None:
-                self._consumer.seek(tp, pump.fetch_position)
-        if self._consumer is not None and self._pumps:
-            self._consumer.resume(*(tp for tp in self._pumps if tp not in self._throttled))
+            if consumer is not None:
+                consumer.seek(tp, pump.fetch_position)
+        if consumer is not None and self._pumps:
+            consumer.resume(*(tp for tp in self._pumps if tp not in self._traffic.throttled))
         if self.state is FlowState.PAUSED:
             self.state = FlowState.RUNNING
 
     async def _reassign(self, wanted: Mapping[TopicPartition, str]) -> None:
-        consumer = self._consumer
+        consumer = self._traffic.consumer
         assert consumer is not None
         removed = [tp for tp in self._pumps if tp not in wanted]
         added = [tp for tp in wanted if tp not in self._pumps]
@@ -312,13 +308,13 @@ class FlowReplicator:
             consumer.seek(tp, pump.fetch_position)
             if pump.state is not PumpState.RUNNING:
                 consumer.pause(tp)
-        for tp in self._throttled:
+        for tp in self._traffic.throttled:
             if tp in self._pumps:
                 consumer.pause(tp)
         if added:
             log.info("%s: now replicating %d partitions (+%d, -%d)", self.name,
                      len(self._pumps), len(added), len(removed))
-        self._assignment_changed.set()
+        self._traffic.assignment_changed.set()
 
     def _add_pump(self, tp: TopicPartition, remote: str, start: Start) -> None:
         pump = PartitionPump(flow=self.name, source_topic=tp.topic, target_topic=remote,
@@ -332,7 +328,7 @@ class FlowReplicator:
             pump.notice = start.point.message
         metrics = self._metrics.partition(self.flow.source, self.flow.target, remote,
                                           tp.partition)
-        metrics.lag = functools.partial(self._lag, tp, pump)
+        metrics.lag = functools.partial(self._traffic.lag, tp, pump)
         self._pumps[tp] = pump
         self._pump_metrics[tp] = metrics
 
@@ -349,96 +345,17 @@ class FlowReplicator:
         del self._pumps[tp]
         self._saved[(tp.topic, tp.partition)] = pump.next_offset
         self._pump_metrics.pop(tp, None)
-        self._throttled.discard(tp)
-        if self._books is not None:
-            self._books.released(tp.topic, tp.partition, pump.next_offset)
+        self._traffic.throttled.discard(tp)
+        if self._traffic.books is not None:
+            self._traffic.books.released(tp.topic, tp.partition, pump.next_offset)
         self._metrics.forget(self.flow.source, self.flow.target, pump.target_topic, tp.partition)
         log.info("%s: stopped replicating %s-%d at offset %d", self.name, tp.topic, tp.partition,
                  pump.next_offset)
 
-    # -- the data path ----------------------------------------------------------------
-    async def _fetch(self, timeout_ms: int) -> None:
-        """Hand newly fetched records to their pumps (waiting up to `timeout_ms` for some)."""
-        consumer = self._consumer
-        assert consumer is not None
-        if not self._pumps:
-            self._assignment_changed.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._assignment_changed.wait(), timeout_ms / 1000.0)
-            return
-        started = time.time_ns()
-        try:
-            batches = await consumer.getmany(timeout_ms=timeout_ms)
-            self._fetch_attempt = 0
-        except OffsetOutOfRangeError as exc:
-            await self._out_of_range(exc.args[0] if exc.args else {})
-            return
-        except KafkaError as exc:
-            delay = self._backoff.delay(self._fetch_attempt)
-            self._fetch_attempt += 1
-            log.warning("%s: fetch failed (%r); retrying in %.1fs", self.name, exc, delay)
-            await asyncio.sleep(delay)
-            return
-        if not batches:
-            return
-        count = 0
-        for tp, records in batches.items():
-            pump = self._pumps.get(tp)
-            if pump is None:
-                continue
-            count += len(records)
-            self._metrics.fetched(self._pump_metrics[tp], records)
-            pump.offer(records)
-            if pump.backlog_chunks >= MAX_BACKLOG_CHUNKS and tp not in self._throttled:
-                consumer.pause(tp)
-                self._throttled.add(tp)
-        trace_fetch(self._tracer, self.name, started, count, len(batches))
-
-    def _on_ack(self, pump: PartitionPump, delivered: Delivered) -> None:
-        records, base = delivered.records, delivered.base_offset
-        tp = TopicPartition(pump.source_topic, pump.partition)
-        if self._books is not None:
-            first, last = records[0].offset, records[-1].offset
-            upstream: Sequence[int] = (range(first, last + 1)
-                                       if last - first + 1 == len(records)
-                                       else [r.offset for r in records])
-            # Caught up: publish the exact position now so a group at the end of the
-            # topic translates exactly, instead of waiting for the periodic flush.
-            self._books.acknowledged(pump.source_topic, pump.partition, upstream, base,
-                                     caught_up=pump.idle and self._lag(tp, pump) == 0)
-        metrics = self._pump_metrics.get(tp)
-        if metrics is not None:
-            self._metrics.acknowledged(metrics, records)
-        if tp in self._throttled and pump.backlog_chunks < MAX_BACKLOG_CHUNKS:
-            self._throttled.discard(tp)
-            if self._consumer is not None and tp in self._pumps:
-                self._consumer.resume(tp)
-        trace_produce(self._tracer, self.name, pump, delivered)
-
-    def _lag(self, tp: TopicPartition, pump: PartitionPump) -> int | None:
-        high = self._consumer.highwater(tp) if self._consumer is not None else None
-        return None if high is None else max(0, high - pump.next_offset)
-
-    async def _out_of_range(self, offsets: Mapping[TopicPartition, int]) -> None:
-        assert self._consumer is not None
-        await out_of_range(self._consumer, self._pumps, offsets, self._progress)
-
-    async def _watch_loop(self) -> None:
-        """Once a second: catch silent source truncation and flush delayed offset syncs."""
-        interval = self.flow.offset_flush_interval_ms / 1000.0
-        last_flush = time.monotonic()
-        while not self._stopping:
-            await asyncio.sleep(1.0)
-            if self._consumer is not None:
-                check_truncation(self._consumer, self._pumps)
-            if self._books is not None and time.monotonic() - last_flush >= interval:
-                last_flush = time.monotonic()
-                self._books.flush_syncs()
-
     # -- status -----------------------------------------------------------------------
     def partitions(self) -> list[flows_pb2.PartitionStatus]:
         """Every owned partition as GetStatus and the worker heartbeats report it."""
-        return partition_views(self.name, self.worker_id, self._pumps, self._consumer,
+        return partition_views(self.name, self.worker_id, self._pumps, self._traffic.consumer,
                                self._pump_metrics)
 
     @property
