@@ -214,18 +214,11 @@ def _heartbeat(args: argparse.Namespace) -> int:
         return 2
     from mirrorline.heartbeat.service import HeartbeatService
 
-    code = _serve(lambda: HeartbeatService(
+    return _serve(lambda: HeartbeatService(
         settings, instance_id=args.instance_id, targets=args.clusters,
         grpc_host=args.bind, grpc_port=args.grpc_port, metrics_host=args.bind,
         metrics_port=None if args.metrics_port < 0 else args.metrics_port,
         managed=args.managed, advertise=args.advertise))
-    # A faust app stopped while still joining its group (SIGTERM right after start, cut
-    # short by the stop budget) can leave a thread behind that would keep the process
-    # alive; the service has stopped, so leave now.
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
 
 
 def _configsync(args: argparse.Namespace) -> int:
