@@ -73,7 +73,12 @@ class SparkDriver:
         # copying for the cores during start-up and the first micro-batches (measured: a
         # faster start and no loss of throughput, see README "Running on Spark"). The
         # executors of a cluster keep the JVM's defaults.
+        # The sink's Python worker gets its input in Arrow batches of this many rows, and
+        # Spark fills a batch before sending it: with the default (10 000) a writer task
+        # waited for its whole read range. A row is a chunk of up to 20 000 records, so
+        # one row per batch lets the writer produce while the reader still fetches.
         defaults = {"spark.driver.extraJavaOptions": DRIVER_JAVA_OPTIONS,
+                    "spark.sql.execution.arrow.maxRecordsPerBatch": "1",
                     "spark.sql.shuffle.partitions": "4",
                     "spark.sql.streaming.stopTimeout": "10000",
                     "spark.ui.showConsoleProgress": "false"}
