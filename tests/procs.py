@@ -60,8 +60,11 @@ class ServiceProcess:
 
     def __init__(self, args: list[str], *, grpc_port: int, log_path: Path,
                  metrics_port: int | None = None,
-                 credentials: ClientCredentials | None = None) -> None:
+                 credentials: ClientCredentials | None = None,
+                 env: Mapping[str, str] | None = None) -> None:
         self.args = args
+        #: Extra environment (e.g. an OTLP endpoint); none is inherited from the tests'.
+        self.env = dict(env or {})
         #: How the test talks to it (plaintext when None).
         self.credentials = credentials or ClientCredentials()
         self.grpc_port = grpc_port
@@ -73,6 +76,7 @@ class ServiceProcess:
     async def start(self) -> None:
         log = self.log_path.open("ab")
         env = {k: v for k, v in os.environ.items() if k != "OTEL_EXPORTER_OTLP_ENDPOINT"}
+        env.update(self.env)
         self.proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "mirrorline", *self.args, stdout=log, stderr=log, env=env)
         log.close()

@@ -21,13 +21,14 @@ import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from mirrorline.kafka.causes import quiet_aiokafka
 
 log = logging.getLogger(__name__)
 
-#: Time `stop()` gets after SIGTERM before the process gives up on it and exits.
+#: Time `stop()` gets after SIGTERM before the process gives up on it and exits (a
+#: service may ask for more with a `stop_budget_s` attribute, still a few seconds).
 STOP_BUDGET_S = 1.7
 #: Time tasks still running after `stop()` get to finish once cancelled.
 CANCEL_BUDGET_S = 0.3
@@ -77,7 +78,8 @@ async def serve(service: Service) -> None:
         start.cancel()
         await stop_within(asyncio.gather(start, return_exceptions=True), CANCEL_BUDGET_S,
                           "abandoning start-up")
-    await stop_within(service.stop(), STOP_BUDGET_S, "stopping")
+    await stop_within(service.stop(), getattr(service, "stop_budget_s", STOP_BUDGET_S),
+                      "stopping")
     log.info("stopped")
 
 
@@ -140,6 +142,13 @@ def run_service(factory: Callable[[], Service]) -> int:
     return 0
 
 
+def _quiet_closed_loop(unraisable: Any) -> None:
+    if isinstance(unraisable.exc_value, RuntimeError) and \
+            "Event loop is closed" in str(unraisable.exc_value):
+        return
+    sys.__unraisablehook__(unraisable)
+
+
 def _abandon_leftovers(loop: asyncio.AbstractEventLoop) -> None:
     leftovers = [t for t in asyncio.all_tasks(loop) if not t.done()]
     for task in leftovers:
@@ -155,6 +164,9 @@ def _abandon_leftovers(loop: asyncio.AbstractEventLoop) -> None:
         # ("Task was destroyed but it is pending!", "Unclosed AIOKafkaProducer") at ERROR
         # after the service said it stopped; the warnings above already told why.
         logging.getLogger("asyncio").setLevel(logging.CRITICAL)
+        # Coroutines of those tasks are finalised after the loop closed, and each would
+        # print "Exception ignored ... Event loop is closed" with a traceback.
+        sys.unraisablehook = _quiet_closed_loop
     else:
         with contextlib.suppress(BaseException):
             loop.run_until_complete(loop.shutdown_asyncgens())

@@ -31,10 +31,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from grpc_health.v1 import health_pb2
 from helpers import Record, consume_all, create_topic, produce, wait_for
+from opentelemetry.proto.trace.v1 import trace_pb2
+from otlp_receiver import OtlpReceiver, ReceivedSpan
 from procs import ServiceProcess, deployment, deployment_config, free_port, mm2_config
 
 from mirrorline.client import heartbeat_paths
+from mirrorline.core.canary import CanaryRecord
+from mirrorline.core.errors import WireFormatError
 from mirrorline.dev.brokers import LocalBroker, start_broker, stop_broker_async
 from mirrorline.v1 import admin_pb2_grpc, heartbeat_pb2
 
@@ -54,6 +59,7 @@ class Chain:
     config: Path        # the heartbeat service's view: both topics
     heartbeat: ServiceProcess
     replicators: dict[str, ServiceProcess]
+    otlp: OtlpReceiver  # every process of the chain exports its spans here
 
     def bootstrap(self, alias: str) -> str:
         return self.brokers[alias].bootstrap
@@ -66,7 +72,7 @@ class Chain:
         self.heartbeat = ServiceProcess(
             ["heartbeat", "--config", str(self.config), "--grpc-port", str(port),
              "--metrics-port", str(metrics)], grpc_port=port, metrics_port=metrics,
-            log_path=self.tmp / "heartbeat.log")
+            log_path=self.tmp / "heartbeat.log", env=self.otlp.env)
         await self.heartbeat.start()
         await self.heartbeat.wait_serving(60)
 
@@ -96,6 +102,19 @@ def metric(text: str, name: str, **labels: str) -> float | None:
     return None
 
 
+async def assert_clean_sigterm(proc: ServiceProcess) -> None:
+    """SIGTERM ends `proc` within seconds, with status 0 and no traceback: nothing (no
+    faust consumer thread, no retry loop) is left running to hold the process."""
+    started = time.monotonic()
+    await proc.signal(signal.SIGTERM)
+    code = await proc.wait(30)
+    took = time.monotonic() - started
+    log = proc.log_tail(400)
+    assert code == 0, log
+    assert took < 15, f"took {took:.1f}s to stop:\n{log}"
+    assert "Traceback" not in log and "never awaited" not in log, log
+
+
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "mirrorline", *args], capture_output=True,
                           text=True, timeout=60, check=False)
@@ -123,14 +142,18 @@ async def chain(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Chain
     config = tmp / "audited.properties"
     config.write_text(audited)
     replicators: dict[str, ServiceProcess] = {}
-    chain = Chain(brokers, tmp, topic, faked, config, None, replicators)  # type: ignore[arg-type]
+    otlp = OtlpReceiver()
+    await otlp.start()
+    chain = Chain(brokers, tmp, topic, faked, config, None, replicators,  # type: ignore[arg-type]
+                  otlp)
     try:
         for target in ("bravo", "charlie"):
             port = free_port()
             proc = ServiceProcess(
                 ["replicator", "--config", str(tmp / "mirrored.properties"), "--clusters",
                  target, "--grpc-port", str(port), "--metrics-port", "-1", "--worker-id",
-                 f"to-{target}"], grpc_port=port, log_path=tmp / f"replicator-{target}.log")
+                 f"to-{target}"], grpc_port=port, log_path=tmp / f"replicator-{target}.log",
+                env=otlp.env)
             await proc.start()
             replicators[target] = proc
         await asyncio.gather(*(p.wait_serving(60) for p in replicators.values()))
@@ -140,6 +163,7 @@ async def chain(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Chain
         for proc in [*replicators.values(), *([chain.heartbeat] if chain.heartbeat else [])]:
             with contextlib.suppress(Exception):
                 await proc.close()
+        await otlp.stop()
         await asyncio.gather(*(stop_broker_async(b.pid) for b in brokers.values()))
 
 
@@ -203,6 +227,55 @@ async def test_canary_within_the_slo_while_mirroring(chain: Chain) -> None:
     assert metric(metrics, "canary_health", source="alpha", target="bravo") == 1.0  # OK
 
 
+def _attribute(span: trace_pb2.Span, key: str) -> str | int | None:
+    for attribute in span.attributes:
+        if attribute.key == key:
+            value = attribute.value
+            return value.string_value if value.HasField("string_value") else value.int_value
+    return None
+
+
+def _canary_trace(spans: list[ReceivedSpan]) -> tuple[ReceivedSpan, ...] | None:
+    """(publish, replicator batch, arrival) of one canary, if all three were exported."""
+    arrivals = {(s.span.trace_id, s.span.parent_span_id): s for s in spans
+                if s.service == "mirrorline-heartbeat"
+                and s.span.name == "alpha.mirrorline-canary process"}
+    batches = {(link.trace_id, link.span_id): s for s in spans
+               if s.service == "mirrorline-replicator"
+               and _attribute(s.span, "mirrorline.flow") == "alpha->bravo"
+               for link in s.span.links}
+    for s in spans:
+        if s.service == "mirrorline-heartbeat" and s.span.name == "mirrorline-canary publish":
+            key = (s.span.trace_id, s.span.span_id)
+            if key in arrivals and key in batches:
+                return s, batches[key], arrivals[key]
+    return None
+
+
+async def test_one_trace_follows_a_canary_through_replication(chain: Chain) -> None:
+    """Through real processes and a real OTLP/gRPC receiver: the heartbeat service's
+    canary publish span, the replicator's batch span linking to it (a link, in a trace of
+    its own, as the messaging conventions say) and the canary's arrival span, a child of
+    the publish span in the same trace (the trace context travels in the record)."""
+    async def traced() -> bool:
+        return _canary_trace(list(chain.otlp.spans)) is not None
+
+    await wait_for(traced, 60, "no canary trace reached the OTLP receiver")
+    found = _canary_trace(list(chain.otlp.spans))
+    assert found is not None
+    publish, batch, arrival = found
+    assert publish.span.kind == trace_pb2.Span.SPAN_KIND_PRODUCER
+    assert _attribute(publish.span, "messaging.destination.name") == "mirrorline-canary"
+    assert batch.span.name == "produce"
+    assert _attribute(batch.span, "messaging.destination.name") == "alpha.mirrorline-canary"
+    assert _attribute(batch.span, "mirrorline.flow") == "alpha->bravo"
+    assert batch.span.trace_id != publish.span.trace_id  # linked, not parented
+    assert arrival.span.kind == trace_pb2.Span.SPAN_KIND_CONSUMER
+    assert arrival.span.trace_id == publish.span.trace_id
+    assert _attribute(arrival.span, "mirrorline.flow") == "alpha->bravo"
+    assert arrival.span.start_time_unix_nano >= publish.span.start_time_unix_nano
+
+
 def _verdicts(report: heartbeat_pb2.AuditReport) -> dict[tuple[int, int], str]:
     return {(w.partition, w.window_start_ms): f"{w.verdict} {w.count}" if w.count
             else w.verdict for w in report.windows}
@@ -261,9 +334,42 @@ async def test_audit_ok_while_mirroring_and_faults_with_counts(chain: Chain) -> 
                   verdict="CORRUPTED") == 1.0
 
 
+async def _repeat_a_canary(chain: Chain, record: Record | None = None) -> Record:
+    """Write a canary already mirrored once more straight into the remote canary topic (a
+    duplicating mirror); returns the record written."""
+    if record is None:
+        consumed = await consume_all(chain.bootstrap("bravo"), "alpha.mirrorline-canary")
+        valid = []
+        for r in consumed[0]:
+            with contextlib.suppress(WireFormatError):
+                CanaryRecord.decode(r.value)
+                valid.append(r)
+        record = Record.of(valid[-1])
+    await produce(chain.bootstrap("bravo"), "alpha.mirrorline-canary", [record])
+    return record
+
+
+async def _canary_totals(chain: Chain, at_least_duplicated: int) -> tuple[int, int]:
+    async def counted() -> bool:
+        status = await chain.canary("alpha->bravo")
+        return status.duplicated_total >= at_least_duplicated and status.health != "UNKNOWN"
+
+    await wait_for(counted, 60, f"the canary never counted {at_least_duplicated} duplicates")
+    status = await chain.canary("alpha->bravo")
+    return status.lost_total, status.duplicated_total
+
+
 async def test_sigkill_and_restart_resumes_windows_without_loss_or_repeats(chain: Chain
                                                                           ) -> None:
+    """The audit's windows and the canary's (its faust table) both survive a SIGKILL: no
+    verdict lost or listed twice, the canary's lost/duplicated counts are not reset, no
+    canary is taken for lost after the restart, and a canary from before the kill that
+    arrives again afterwards is still known as a repeat."""
     alpha = chain.bootstrap("alpha")
+    _, duplicated = await _canary_totals(chain, 0)
+    repeated = await _repeat_a_canary(chain)
+    lost_before, duplicated_before = await _canary_totals(chain, duplicated + 1)
+    assert lost_before == 0
     before = (await chain.audit("alpha->bravo", chain.topic)).windows
     judged_before = {(w.partition, w.window_start_ms) for w in before}
     await chain.heartbeat.signal(signal.SIGKILL)
@@ -292,6 +398,17 @@ async def test_sigkill_and_restart_resumes_windows_without_loss_or_repeats(chain
     got = _verdicts(await chain.audit("alpha->bravo", chain.topic))
     for p in (0, 1):
         assert got[(p, base)] == "OK" and got[(p, after_base)] == "OK"
+
+    # The canary resumed its table: counts kept, nothing lost across the restart ...
+    async def canary_ok() -> bool:
+        return (await chain.canary("alpha->bravo")).health == "OK"
+
+    await wait_for(canary_ok, 60, "the canary never reported OK after the restart")
+    status = await chain.canary("alpha->bravo")
+    assert (status.lost_total, status.duplicated_total) == (0, duplicated_before)
+    # ... and the sequences it saw before the kill: the same old canary again is a repeat.
+    await _repeat_a_canary(chain, repeated)
+    assert await _canary_totals(chain, duplicated_before + 1) == (0, duplicated_before + 1)
 
 
 async def test_stopped_flow_violates_the_canary_and_stales_its_paths(chain: Chain) -> None:
@@ -395,6 +512,9 @@ async def test_controller_forwards_and_a_paused_flow_violates_the_canary(
                     f["flow"] == "alpha->charlie" for f in json.loads(done.stdout)["flows"])
 
             await wait_for(probed, 30, "a flow created live never got a canary")
+            # Running (faust apps started, managed, following the control log): SIGTERM
+            # ends it cleanly.
+            await assert_clean_sigterm(managed)
         finally:
             await managed.close()
 
@@ -432,12 +552,8 @@ async def test_unreachable_cluster_is_never_ok_and_sigterm_stops_quickly(
         assert canary.health == "UNKNOWN" and "'nowhere' unreachable" in canary.reason
         audit = await stub.Audit(heartbeat_pb2.AuditRequest(flow="alpha->nowhere"), timeout=5)
         assert "unreachable" in audit.totals.error and not audit.windows
-        started = time.monotonic()
-        await proc.signal(signal.SIGTERM)
-        assert await proc.wait(15) == 0
-        assert time.monotonic() - started < 10
+        await assert_clean_sigterm(proc)
         log = proc.log_tail(200)
-        assert "Traceback" not in log
         assert log.count("'nowhere' unreachable for heartbeats") == 1  # said once, not per retry
     finally:
         await proc.close()
@@ -460,7 +576,36 @@ async def test_sigterm_while_the_audit_is_still_starting(chain: Chain, tmp_path:
             return await proc.health() is not None
 
         await wait_for(answering, 30, "the service never answered")
-        await proc.signal(signal.SIGTERM)
-        assert await proc.wait(30) == 0, proc.log_tail()
+        await assert_clean_sigterm(proc)
     finally:
         await proc.close()
+
+
+async def test_sigterm_after_the_target_went_down_while_running(chain: Chain,
+                                                                tmp_path: Path) -> None:
+    """Running (its faust app joined on the target), then the target cluster dies: SIGTERM
+    still ends the service within seconds, with status 0 and no traceback -- faust's
+    consumer thread, stuck on the dead cluster, no longer holds the process."""
+    delta = await start_broker("delta", log_dir=tmp_path)
+    config = tmp_path / "down.properties"
+    config.write_text(mm2_config({"alpha": chain.brokers["alpha"], "delta": delta},
+                                 {"alpha->delta": {"topics": "nothing-here"}},
+                                 canary_interval_ms="250", audit_window_ms="1000",
+                                 mirrorline_deployment="down"))
+    port = free_port()
+    proc = ServiceProcess(["heartbeat", "--config", str(config), "--grpc-port", str(port),
+                           "--metrics-port", "-1"], grpc_port=port,
+                          log_path=tmp_path / "down.log")
+    await proc.start()
+    try:
+        await proc.wait_serving(60)  # SERVING: every part, the faust app included, runs
+        await stop_broker_async(delta.pid)
+
+        async def noticed() -> bool:
+            return await proc.health() != health_pb2.HealthCheckResponse.SERVING
+
+        await wait_for(noticed, 60, "the service never noticed its target went down")
+        await assert_clean_sigterm(proc)
+    finally:
+        await proc.close()
+        await stop_broker_async(delta.pid)

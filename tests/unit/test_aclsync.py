@@ -25,7 +25,7 @@ def rules(mode: str = "mm2", topics: tuple[str, ...] = (".*",),
     return AclRules(
         replicates_topic=lambda t: should_replicate_topic(
             t, policy=POLICY, topic_filter=flt, target_alias="backup",
-            heartbeats_replication_enabled=True),
+            heartbeats_replication_enabled=True, canary_enabled=True),
         remote_name=lambda t: POLICY.format_remote_topic("source", t),
         groups=GroupFilter(groups), mode=mode)  # type: ignore[arg-type]
 

@@ -19,11 +19,6 @@ import grpc
 import pytest
 
 from mirrorline.cli import build_parser, main
-from mirrorline.cli.admin import (
-    CLEAR_SCREEN,
-    leader_redirect,
-    watch_frame,
-)
 from mirrorline.cli.admin_args import (
     DEFAULT_SERVER,
     POLICY_CLASSES,
@@ -44,26 +39,30 @@ from mirrorline.cli.admin_args import (
     policy_class,
     resolve_server,
 )
+from mirrorline.cli.admin_calls import leader_redirect
 from mirrorline.cli.admin_format import (
     flow_state_name,
     format_age,
     format_bytes_rate,
-    format_failback_plan,
-    format_failback_result,
-    format_failover_plan,
-    format_failover_result,
     format_flow,
     format_flows,
     format_import,
     format_status,
-    format_translate,
-    format_translations,
     format_workers,
     partition_state_name,
     render_table,
     to_dict,
     to_json,
 )
+from mirrorline.cli.admin_format_failover import (
+    format_failback_plan,
+    format_failback_result,
+    format_failover_plan,
+    format_failover_result,
+    format_translate,
+    format_translations,
+)
+from mirrorline.cli.admin_status import CLEAR_SCREEN, watch_frame
 from mirrorline.v1 import admin_pb2, admin_pb2_grpc, failover_pb2, flows_pb2
 
 DEFAULT_POLICY = "org.apache.kafka.connect.mirror.DefaultReplicationPolicy"

@@ -17,7 +17,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 
 from mirrorline.core.errors import ConfigError
-from mirrorline.kafka import clients
+from mirrorline.kafka import _client_sasl, clients
 from mirrorline.kafka._jaas import parse_jaas
 from mirrorline.kafka.clients import admin_kwargs, consumer_kwargs, producer_kwargs
 
@@ -228,11 +228,11 @@ def test_sasl_errors(cfg: dict[str, str], key: str, text: str) -> None:
 
 @pytest.fixture
 def gssapi(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(clients, "_gssapi_available", lambda: True)
+    monkeypatch.setattr(_client_sasl, "gssapi_available", lambda: True)
 
 
 def test_gssapi_needs_the_gssapi_package(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(clients, "_gssapi_available", lambda: False)
+    monkeypatch.setattr(_client_sasl, "gssapi_available", lambda: False)
     err = error(consumer_kwargs, {"security.protocol": "SASL_PLAINTEXT",
                                   "sasl.kerberos.service.name": "kafka"})
     assert err.key == "sasl.mechanism"

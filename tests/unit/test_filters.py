@@ -304,7 +304,7 @@ def _replicates(topic: str, *, policy: DefaultReplicationPolicy | None = None,
                 flt: NameFilter = EVERYTHING, heartbeats: bool = True) -> bool:
     return should_replicate_topic(
         topic, policy=policy or DefaultReplicationPolicy(), topic_filter=flt,
-        target_alias="target", heartbeats_replication_enabled=heartbeats)
+        target_alias="target", heartbeats_replication_enabled=heartbeats, canary_enabled=True)
 
 
 def test_heartbeats_bypass_the_filter_when_enabled() -> None:

@@ -4,11 +4,19 @@ accounting, the audit checksum, window completion and verdicts."""
 from __future__ import annotations
 
 import itertools
+import json
 
 import pytest
 
 from mirrorline.core import record_audit as audit
-from mirrorline.core.canary import CanaryRecord, FlowCanary, Health, percentile
+from mirrorline.core.canary import (
+    CanaryRecord,
+    FlowCanary,
+    Health,
+    fold_arrival,
+    new_partition_state,
+    percentile,
+)
 from mirrorline.core.errors import WireFormatError
 from mirrorline.core.filters import TopicFilter, should_replicate_topic
 from mirrorline.core.policy import DefaultReplicationPolicy, IdentityReplicationPolicy
@@ -82,7 +90,20 @@ def test_canary_is_renamed_and_mirrored_whatever_topics_says(policy: object) -> 
     assert remote == "a.mirrorline-canary" and policy.is_canary_topic(remote)
     assert should_replicate_topic("mirrorline-canary", policy=policy,
                                   topic_filter=TopicFilter(("orders",)), target_alias="b",
-                                  heartbeats_replication_enabled=False)
+                                  heartbeats_replication_enabled=False, canary_enabled=True)
+
+
+def test_a_flow_without_canary_applies_its_topic_filter_to_the_canary_topic() -> None:
+    policy = DefaultReplicationPolicy()
+
+    def selected(topics: tuple[str, ...]) -> bool:
+        return should_replicate_topic("mirrorline-canary", policy=policy,
+                                      topic_filter=TopicFilter(topics), target_alias="b",
+                                      heartbeats_replication_enabled=True,
+                                      canary_enabled=False)
+
+    assert not selected(("orders",))
+    assert selected((".*",))  # a filter that takes everything takes it like any topic
 
 
 # --- canary accounting ------------------------------------------------------------------------
@@ -156,6 +177,43 @@ def test_new_session_is_neither_gap_nor_repeat() -> None:
     flow.arrived(canary(9, 10, session=1), 20)
     assert flow.arrived(canary(1, 30, session=2), 40) is None
     assert flow.status(50).lost == 0 and flow.status(50).duplicated == 0
+
+
+def test_canary_state_resumes_from_json_without_false_gaps_or_lost_repeats() -> None:
+    """The per-partition state as the faust table stores it (JSON): after a "restart"
+    (a round trip through JSON and a new reader start time), counts are kept, the old
+    session continues without a gap, a canary seen before is still a repeat, and what was
+    sent before the restart gives no latency sample (that would be the downtime)."""
+    state = new_partition_state(0)
+    assert fold_arrival(state, canary(1, 100), 110, window_ms=10_000) is None
+    assert fold_arrival(state, canary(2, 200), 210, window_ms=10_000) is None
+    assert "repeated" in str(fold_arrival(state, canary(2, 200), 215, window_ms=10_000))
+    state = json.loads(json.dumps(state))
+    restarted = 5_000
+    assert fold_arrival(state, canary(3, 300), 5_100, window_ms=10_000,
+                        since_ms=restarted) is None
+    assert "repeated" in str(fold_arrival(state, canary(1, 100), 5_100, window_ms=10_000,
+                                          since_ms=restarted))
+    assert (state["lost"], state["dup"]) == (0, 2)
+    assert [latency for _at, latency in state["samples"]] == [10, 10]  # none after restart
+    flow = FlowCanary(slo_ms=100, window_ms=10_000, states=lambda: {0: state})
+    assert (flow.lost_total, flow.duplicated_total) == (0, 2)
+
+
+def test_canary_of_an_unknown_session_sent_before_start_is_ignored() -> None:
+    state = new_partition_state(0)
+    assert fold_arrival(state, canary(7, 100, session=1), 9_000, window_ms=10_000,
+                        since_ms=5_000) is None
+    assert state["seen"] == {} and state["samples"] == []
+    fold_arrival(state, canary(9, 6_000, session=1), 6_010, window_ms=10_000, since_ms=5_000)
+    assert state["lost"] == 0 and state["seen"] == {"1": 9}
+
+
+def test_canary_samples_leave_the_window() -> None:
+    state = new_partition_state(0)
+    for seq in range(1, 4):
+        fold_arrival(state, canary(seq, seq * 1000), seq * 1000 + 5, window_ms=1500)
+    assert [at for at, _latency in state["samples"]] == [2005, 3005]
 
 
 def test_unreachable_is_never_ok() -> None:

@@ -27,15 +27,7 @@ class CheckpointerServicer(failover_pb2_grpc.CheckpointerServicer):
 
     async def _run(self, flow: str, context: Context,
                    call: Callable[[FlowFailover], Awaitable[Reply]]) -> Reply:
-        if not flow:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                "flow: is required (e.g. 'primary->backup')")
-        runner = self._service.runner(flow)
-        if runner is None:
-            known = ", ".join(sorted(self._service.runners)) or "none"
-            await context.abort(grpc.StatusCode.NOT_FOUND,
-                                f"flow {flow} is not checkpointed here (flows: {known})")
-        assert runner is not None
+        runner = await self._service.require_runner(flow, context)
         checkpointer = runner.checkpointer
         if checkpointer is None:
             await context.abort(grpc.StatusCode.UNAVAILABLE,

@@ -1,38 +1,35 @@
 """The checkpointer process: one FlowCheckpointer per flow, its gRPC API, its announcements.
 
 Flows come from the control log when a controller runs the deployment (`--managed`, as
-`mirrorline run` starts it), else from the properties file. Each flow starts as soon as
-its target answers -- checkpoints and the offset map live there -- and works on with
-whatever the source allows: when the source is down, group offsets cannot be read, but
-translation (from the offset map) and failover (from the last checkpoints) still can.
+`mirrorline run` starts it), else from the properties file; start-up, following the
+control log, announcing and stopping are `mirrorline.flowservice.FlowService`'s. Each
+flow starts as soon as its target answers -- checkpoints and the offset map live there --
+and works on with whatever the source allows: when the source is down, group offsets
+cannot be read, but translation (from the offset map) and failover (from the last
+checkpoints) still can.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import functools
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 
-from opentelemetry.metrics import CallbackOptions, Observation
+from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
 from mirrorline.checkpointer.api import CheckpointerServicer
 from mirrorline.checkpointer.flow import FlowCheckpointer
-from mirrorline.controlplane.announce import announce_forever
-from mirrorline.controlplane.join import open_control_log
-from mirrorline.controlplane.log import ControlLog
 from mirrorline.core.backoff import Backoff
-from mirrorline.core.errors import ConfigError
-from mirrorline.core.flowdefs import Definition, flow_settings
-from mirrorline.core.settings import FlowSettings, MirrorSettings
+from mirrorline.core.settings import FlowSettings
+from mirrorline.flowservice import FlowService
 from mirrorline.grpcserver import ServiceServer
 from mirrorline.kafka.admin import ClusterAdmin
 from mirrorline.kafka.causes import explain
 from mirrorline.kafka.clients import admin_kwargs, build, consumer_kwargs, producer_kwargs
 from mirrorline.kafka.health import ClusterProbe
 from mirrorline.runtime import stop_within
-from mirrorline.telemetry import Telemetry, setup_telemetry
 from mirrorline.v1 import failover_pb2, failover_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -59,13 +56,8 @@ class FlowRunner:
 
     async def _admin(self, alias: str, cfg: Mapping[str, str], role: str,
                      timeout: float | None = None) -> ClusterAdmin:
-        admin = ClusterAdmin(alias, build(admin_kwargs, cfg, f"{self._name}|{role}"))
-        try:
-            await asyncio.wait_for(admin.start(), timeout)
-        except BaseException:
-            with contextlib.suppress(Exception):
-                await admin.close()
-            raise
+        admin = await ClusterAdmin.open(alias, build(admin_kwargs, cfg, f"{self._name}|{role}"),
+                                        timeout)
         self._admins.append(admin)
         return admin
 
@@ -136,145 +128,53 @@ class FlowRunner:
             await stop_within(admin.close(), 0.3, "closing an admin client")
 
 
-class CheckpointerService:
-    def __init__(self, settings: MirrorSettings, *, instance_id: str = "checkpointer",
-                 targets: Sequence[str] | None = None, grpc_host: str = "127.0.0.1",
-                 grpc_port: int = 0, metrics_host: str = "127.0.0.1",
-                 metrics_port: int | None = 0, managed: bool = False,
-                 advertise: str | None = None) -> None:
-        self.settings = settings
-        self.instance_id = instance_id
-        self._targets = tuple(targets) if targets else None
-        self._grpc = ServiceServer(name=f"checkpointer {instance_id}", host=grpc_host,
-                                   port=grpc_port)
-        self._metrics = (metrics_host, metrics_port)
-        self._managed = managed
-        self._advertise = advertise
-        self.runners: dict[str, tuple[Definition | None, FlowRunner]] = {}
-        self._control: ControlLog | None = None
-        self.telemetry: Telemetry | None = None
-        self._tasks: list[asyncio.Task[None]] = []
-        self._changed = asyncio.Event()
-        #: Why the control log cannot be read (managed mode); None when it can.
-        self.error: str | None = None
-        #: One probe per flow target: checkpoints cannot be written while it is down.
-        self.probes: dict[str, ClusterProbe] = {}
+class CheckpointerService(FlowService[FlowRunner]):
+    kind = "checkpointer"
+    nothing_to_do = "no enabled replication flow to checkpoint"
+    verb = "checkpointed"
+    # Managed, it checkpoints every flow of the control log, whatever `--clusters` says.
+    follow_targets_only = False
 
-    def runner(self, flow: str) -> FlowRunner | None:
-        found = self.runners.get(flow)
-        return found[1] if found else None
+    @functools.cached_property
+    def probes(self) -> dict[str, ClusterProbe]:
+        """One probe per flow target: checkpoints cannot be written while it is down."""
+        return {}
 
-    async def start(self) -> None:
-        if not self._managed and not self.settings.enabled_flows(self._targets):
-            raise ConfigError(None, "no enabled replication flow to checkpoint",
-                              source=self.settings.source_path)
-        self.telemetry = setup_telemetry("checkpointer", instance=self.instance_id,
-                                         metrics_port=self._metrics[1],
-                                         metrics_host=self._metrics[0])
-        await self.telemetry.start()
-        self._register_metrics()
-        self._grpc.add(failover_pb2_grpc.add_CheckpointerServicer_to_server,
-                       CheckpointerServicer(self),
-                       [failover_pb2.DESCRIPTOR.services_by_name["Checkpointer"].full_name])
-        port = await self._grpc.start()
-        address = self._advertise or f"127.0.0.1:{port}"
-        if self._managed:
-            self._tasks.append(asyncio.create_task(self._join(address),
-                                                   name="join the control plane"))
-        else:
-            for flow in self.settings.enabled_flows(self._targets):
-                self._add(flow.name, None, flow)
-        self._tasks.append(asyncio.create_task(self._health(), name="health"))
-        log.info("checkpointer %s: gRPC %s (%s)", self.instance_id, address,
-                 "flows from the control log" if self._managed else "flows from the file")
+    def new_runner(self, flow: FlowSettings) -> FlowRunner:
+        return FlowRunner(flow, self.instance_id)
 
-    async def _join(self, address: str) -> None:
-        """Managed mode: read the control log (retrying while the home cluster does not
-        answer, one line per attempt), then follow it and announce this checkpointer."""
-        control = await open_control_log(self.settings, self._targets,
-                                         f"checkpointer-{self.instance_id}",
-                                         report=self._home_error)
-        self._control = control
-        control.listen(lambda *_: self._changed.set())
-        self._tasks.append(asyncio.create_task(self._follow(), name="follow control log"))
-        self._tasks.append(asyncio.create_task(self._announce(address), name="announce"))
+    def add_servicers(self, server: ServiceServer) -> None:
+        server.add(failover_pb2_grpc.add_CheckpointerServicer_to_server,
+                   CheckpointerServicer(self),
+                   [failover_pb2.DESCRIPTOR.services_by_name["Checkpointer"].full_name])
 
-    def _home_error(self, reason: str | None) -> None:
-        self.error = reason
-
-    async def stop(self) -> None:
-        await self._grpc.set_serving(False)
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        await stop_within(asyncio.gather(*(r.stop() for _, r in self.runners.values()),
-                                         return_exceptions=True), 1.2, "stopping the flows")
-        if self._control is not None:
-            await stop_within(self._control.stop(), 0.3, "closing the control log reader")
-        await stop_within(asyncio.gather(*(p.stop() for p in self.probes.values()),
-                                         return_exceptions=True), 0.3, "closing the probes")
-        await self._grpc.stop(grace=0.3)
-        if self.telemetry is not None:
-            await self.telemetry.stop()
-
-    def _add(self, name: str, definition: Definition | None, flow: FlowSettings) -> None:
-        runner = FlowRunner(flow, self.instance_id)
-        self.runners[name] = (definition, runner)
-        runner.start()
-
-    async def _follow(self) -> None:
-        assert self._control is not None
-        while True:
-            self._changed.clear()
-            state = self._control.state
-            wanted = {n: Definition(r.source, r.target, r.properties)
-                      for n, r in state.flows.items()}
-            for name, (definition, runner) in list(self.runners.items()):
-                if wanted.get(name) != definition:
-                    del self.runners[name]
-                    await runner.stop()
-            for name, definition in wanted.items():
-                if name in self.runners:
-                    continue
-                try:
-                    self._add(name, definition, flow_settings(self.settings, definition))
-                except ConfigError as exc:
-                    log.error("flow %s cannot be checkpointed here: %s", name, exc)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), 5.0)
-
-    async def _announce(self, address: str) -> None:
-        """Tell the leading controller where to forward offset and failover requests."""
-        assert self._control is not None
-        await announce_forever(self._control, "checkpointer", self.instance_id, address)
     def serving(self) -> bool:
         """SERVING only while every flow checkpoints (a failing round is NOT_SERVING) and,
         when managed, the control log is read."""
-        if self._managed and self._control is None:
+        if not self.joined:
             return False
-        return (all(r.healthy for _, r in self.runners.values())
+        return (all(r.healthy for r in self.runners.values())
                 and all(p.reachable for p in self.probes.values()))
 
-    async def _health(self) -> None:
-        while True:
-            for _, runner in list(self.runners.values()):
-                target = runner.flow.target
-                if target not in self.probes:
-                    self.probes[target] = probe = ClusterProbe(target, build(
-                        admin_kwargs, runner.flow.clients.target_admin,
-                        f"checkpointer-{self.instance_id}|probe"))
-                    probe.start()
-            await self._grpc.set_serving(self.serving())
-            await asyncio.sleep(1.0)
+    def check_health(self) -> None:
+        for runner in list(self.runners.values()):
+            target = runner.flow.target
+            if target not in self.probes:
+                self.probes[target] = probe = ClusterProbe(target, build(
+                    admin_kwargs, runner.flow.clients.target_admin,
+                    f"checkpointer-{self.instance_id}|probe"))
+                probe.start()
 
-    def _register_metrics(self) -> None:
-        assert self.telemetry is not None
+    async def stop_more(self) -> None:
+        await stop_within(asyncio.gather(*(p.stop() for p in self.probes.values()),
+                                         return_exceptions=True), 0.3, "closing the probes")
 
+    def register_metrics(self, meter: Meter) -> None:
         def read(pick: str) -> Callable[[CallbackOptions], Iterable[Observation]]:
             def callback(_options: CallbackOptions) -> list[Observation]:
                 now = time.time()
                 out = []
-                for _definition, runner in self.runners.values():
+                for runner in self.runners.values():
                     if runner.checkpointer is None:
                         continue
                     stat = runner.checkpointer.latency
@@ -286,7 +186,6 @@ class CheckpointerService:
                 return out
             return callback
 
-        meter = self.telemetry.meter
         for suffix, pick in (("", "last"), ("-min", "min"), ("-max", "max"), ("-avg", "avg")):
             meter.create_observable_gauge(f"checkpoint-latency-ms{suffix}",
                                           callbacks=[read(pick)])

@@ -6,6 +6,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 #: Modules that each expose `register(subparsers)`; every parser they add sets
 #: `handler=<callable(args) -> int>` through `set_defaults`.
@@ -28,15 +29,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser.add_argument("--version", action="version", version=f"mirrorline {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in _COMMAND_MODULES:
+    register_modules(_COMMAND_MODULES, subparsers)
+    return parser
+
+
+def register_modules(names: Sequence[str], subparsers: Any) -> None:
+    """`register(subparsers)` of each module in `names`; a module that is not there (a
+    command not built into this installation) is skipped, any other import error is not."""
+    for name in names:
         try:
             module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:  # a command group not built yet
+        except ModuleNotFoundError as exc:
             if exc.name != name:
                 raise
             continue
         module.register(subparsers)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from mirrorline.cli.admin_args import non_blank, parse_flow_name
+from mirrorline.cli.admin_calls import unary, usage_error
 from mirrorline.cli.admin_format import render_table
 from mirrorline.v1 import drift_pb2
 
@@ -92,31 +93,29 @@ def format_apply(result: drift_pb2.ApplyDriftResult) -> str:
 
 
 def _drift(args: argparse.Namespace) -> int:
-    from mirrorline.cli.admin import _unary, _usage_error
-
     words: list[str] = args.words
     action = words[0] if len(words) == 2 and words[0] in ACTIONS else None
     if action is None and (len(words) != 1 or words[0] in ACTIONS):
-        return _usage_error(args, "expected FLOW, 'apply FLOW' or 'history FLOW'")
+        return usage_error(args, "expected FLOW, 'apply FLOW' or 'history FLOW'")
     try:
         flow = parse_flow_name(words[-1])
     except argparse.ArgumentTypeError as exc:
-        return _usage_error(args, str(exc))
+        return usage_error(args, str(exc))
     if args.limit and action != "history":
-        return _usage_error(args, "--limit only applies to drift history")
+        return usage_error(args, "--limit only applies to drift history")
     if action is None:
-        return _unary(args, lambda stub: stub.GetDrift,
-                      drift_pb2.DriftRequest(flow=flow, topic=args.topic or ""),
-                      format_drift_plan)
+        return unary(args, lambda stub: stub.GetDrift,
+                     drift_pb2.DriftRequest(flow=flow, topic=args.topic or ""),
+                     format_drift_plan)
     if args.topic:
-        return _usage_error(args, "--topic only applies to the plan (drift FLOW)")
+        return usage_error(args, "--topic only applies to the plan (drift FLOW)")
     if action == "apply":
-        return _unary(args, lambda stub: stub.ApplyDrift,
-                      drift_pb2.ApplyDriftRequest(flow=flow, requested_by=_who()),
-                      format_apply)
-    return _unary(args, lambda stub: stub.GetDriftHistory,
-                  drift_pb2.DriftHistoryRequest(flow=flow, limit=args.limit or 0),
-                  lambda reply: format_history(reply.entries))
+        return unary(args, lambda stub: stub.ApplyDrift,
+                     drift_pb2.ApplyDriftRequest(flow=flow, requested_by=_who()),
+                     format_apply)
+    return unary(args, lambda stub: stub.GetDriftHistory,
+                 drift_pb2.DriftHistoryRequest(flow=flow, limit=args.limit or 0),
+                 lambda reply: format_history(reply.entries))
 
 
 def _who() -> str:

@@ -1,6 +1,6 @@
 """`mirrorline admin topology|canary|audit`: the heartbeat service's findings.
 
-Kept apart from `cli/admin.py`; these commands reuse its connection handling, so they
+Kept apart from `cli/admin.py`; these commands call through `cli/admin_calls.py`, so they
 work against the controller (which forwards) or directly against the heartbeat service
 (`--server 127.0.0.1:7130`).
 """
@@ -12,7 +12,8 @@ from collections.abc import Callable
 from typing import Any
 
 from mirrorline.cli.admin_args import parse_flow_name, parse_time
-from mirrorline.cli.admin_format import NONE, format_age, render_table
+from mirrorline.cli.admin_calls import unary
+from mirrorline.cli.admin_format import NONE, format_age, format_utc, render_table
 from mirrorline.v1 import heartbeat_pb2
 
 Leaf = Callable[[Any, str, Callable[[argparse.Namespace], int], str], argparse.ArgumentParser]
@@ -52,9 +53,7 @@ def format_canary(report: heartbeat_pb2.CanaryReport) -> str:
 
 
 def format_audit(report: heartbeat_pb2.AuditReport) -> str:
-    from mirrorline.cli.admin_format import _utc
-
-    rows = [[w.topic, str(w.partition), _utc(w.window_start_ms),
+    rows = [[w.topic, str(w.partition), format_utc(w.window_start_ms),
              f"{w.verdict} {w.count}" if w.count else w.verdict, str(w.source_count),
              str(w.target_count)] for w in report.windows]
     table = render_table(["TOPIC", "PARTITION", "WINDOW", "VERDICT", "SOURCE", "TARGET"], rows)
@@ -68,19 +67,17 @@ def format_audit(report: heartbeat_pb2.AuditReport) -> str:
 
 
 def register(admin_sub: Any, leaf: Leaf) -> None:
-    from mirrorline.cli import admin
-
     def topology(args: argparse.Namespace) -> int:
-        return admin._unary(args, lambda stub: stub.Topology,
-                            heartbeat_pb2.TopologyRequest(cluster=args.cluster or ""),
-                            format_topology)
+        return unary(args, lambda stub: stub.Topology,
+                     heartbeat_pb2.TopologyRequest(cluster=args.cluster or ""),
+                     format_topology)
 
     def canary(args: argparse.Namespace) -> int:
-        return admin._unary(args, lambda stub: stub.Canary,
-                            heartbeat_pb2.CanaryRequest(flow=args.flow or ""), format_canary)
+        return unary(args, lambda stub: stub.Canary,
+                     heartbeat_pb2.CanaryRequest(flow=args.flow or ""), format_canary)
 
     def audit(args: argparse.Namespace) -> int:
-        return admin._unary(args, lambda stub: stub.Audit, heartbeat_pb2.AuditRequest(
+        return unary(args, lambda stub: stub.Audit, heartbeat_pb2.AuditRequest(
             flow=args.flow, topic=args.topic or "", since_ms=args.since or 0), format_audit)
 
     parser = leaf(admin_sub, "topology", topology,

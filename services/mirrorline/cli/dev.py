@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from mirrorline.cli import register_modules
 from mirrorline.dev.brokers import (
     DEFAULT_STORAGE,
     BrokerError,
@@ -68,14 +68,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "status", help="show recorded brokers (exit 1 if any is not answering)")
     status.set_defaults(handler=_status)
 
-    for name in _DEV_COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:  # a dev command not built yet
-            if exc.name != name:
-                raise
-            continue
-        module.register(dev_sub)
+    register_modules(_DEV_COMMAND_MODULES, dev_sub)
 
 
 def _help_for(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:

@@ -10,7 +10,7 @@ import os
 import sys
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mirrorline import grpcsecure
 from mirrorline.controller.service import DEFAULT_LEASE_MS
@@ -20,6 +20,9 @@ from mirrorline.core.security import bind_problem, grpc_security
 from mirrorline.core.settings import MirrorSettings
 from mirrorline.ports import GRPC_PORTS, METRICS_PORTS
 from mirrorline.runtime import Service, configure_logging, run_service
+
+if TYPE_CHECKING:
+    from mirrorline.flowservice import FlowService
 
 log = logging.getLogger(__name__)
 
@@ -183,13 +186,18 @@ def _controller(args: argparse.Namespace) -> int:
 
 
 def _checkpointer(args: argparse.Namespace) -> int:
-    configure_logging("checkpointer", args.log_level)
+    from mirrorline.checkpointer.service import CheckpointerService
+
+    return _flow_service(args, CheckpointerService)
+
+
+def _flow_service(args: argparse.Namespace, service: type[FlowService[Any]]) -> int:
+    """The checkpointer or config sync: the same options make the same service."""
+    configure_logging(service.kind, args.log_level)
     settings = load_settings(args.config, args.bind)
     if settings is None:
         return 2
-    from mirrorline.checkpointer.service import CheckpointerService
-
-    return _serve(lambda: CheckpointerService(
+    return _serve(lambda: service(
         settings, instance_id=args.instance_id, targets=args.clusters,
         grpc_host=args.bind, grpc_port=args.grpc_port, metrics_host=args.bind,
         metrics_port=None if args.metrics_port < 0 else args.metrics_port,
@@ -206,32 +214,17 @@ def _heartbeat(args: argparse.Namespace) -> int:
         return 2
     from mirrorline.heartbeat.service import HeartbeatService
 
-    code = _serve(lambda: HeartbeatService(
+    return _serve(lambda: HeartbeatService(
         settings, instance_id=args.instance_id, targets=args.clusters,
         grpc_host=args.bind, grpc_port=args.grpc_port, metrics_host=args.bind,
         metrics_port=None if args.metrics_port < 0 else args.metrics_port,
         managed=args.managed, advertise=args.advertise))
-    # A faust app stopped while still joining its group (SIGTERM right after start, cut
-    # short by the stop budget) can leave a thread behind that would keep the process
-    # alive; the service has stopped, so leave now.
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
 
 
 def _configsync(args: argparse.Namespace) -> int:
-    configure_logging("configsync", args.log_level)
-    settings = load_settings(args.config, args.bind)
-    if settings is None:
-        return 2
     from mirrorline.configsync.service import ConfigSyncService
 
-    return _serve(lambda: ConfigSyncService(
-        settings, instance_id=args.instance_id, targets=args.clusters,
-        grpc_host=args.bind, grpc_port=args.grpc_port, metrics_host=args.bind,
-        metrics_port=None if args.metrics_port < 0 else args.metrics_port,
-        managed=args.managed, advertise=args.advertise))
+    return _flow_service(args, ConfigSyncService)
 
 
 def _run(args: argparse.Namespace) -> int:

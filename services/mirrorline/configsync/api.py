@@ -25,15 +25,7 @@ class ConfigSyncServicer(drift_pb2_grpc.ConfigSyncServicer):
         self._service = service
 
     async def _runner(self, flow: str, context: Context) -> FlowRunner:
-        if not flow:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                "flow: is required (e.g. 'primary->backup')")
-        runner = self._service.runner(flow)
-        if runner is None:
-            known = ", ".join(sorted(self._service.runners)) or "none"
-            await context.abort(grpc.StatusCode.NOT_FOUND,
-                                f"flow {flow} is not synced here (flows: {known})")
-        assert runner is not None
+        runner = await self._service.require_runner(flow, context)
         if runner.sync is None:
             await context.abort(grpc.StatusCode.UNAVAILABLE,
                                 f"flow {flow} is not started yet: "

@@ -101,7 +101,8 @@ class FlowSync:
         return should_replicate_topic(
             topic, policy=self.policy, topic_filter=self._filter,
             target_alias=self.flow.naming_target,
-            heartbeats_replication_enabled=self.flow.heartbeats_replication_enabled)
+            heartbeats_replication_enabled=self.flow.heartbeats_replication_enabled,
+            canary_enabled=self.flow.canary.enabled)
 
     async def _capabilities(self, admin: ClusterAdmin) -> Capabilities:
         cached = self._caps.get(admin.alias)

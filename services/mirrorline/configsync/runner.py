@@ -70,13 +70,8 @@ class FlowRunner:
                 await admin.close()
 
     async def _admin(self, alias: str, cfg: Mapping[str, str], role: str) -> ClusterAdmin:
-        admin = ClusterAdmin(alias, build(admin_kwargs, cfg, f"{self._name}|{role}"))
-        try:
-            await asyncio.wait_for(admin.start(), 30)
-        except BaseException:
-            with contextlib.suppress(Exception):
-                await admin.close()
-            raise
+        admin = await ClusterAdmin.open(alias, build(admin_kwargs, cfg, f"{self._name}|{role}"),
+                                        30)
         self._admins.append(admin)
         return admin
 

@@ -20,6 +20,7 @@ from mirrorline.controller.audit import MAX_HISTORY, history
 from mirrorline.controller.discovery import Discoveries
 from mirrorline.controller.drift import DriftAdmin
 from mirrorline.controller.failback import Failback, FailbackError, ScrapeRefused, confirmation
+from mirrorline.controller.forwarding import announced_channel, forward
 from mirrorline.controller.workers import WorkerRegistry
 from mirrorline.core.control import ControlState, FlowRecord, Outcome
 from mirrorline.core.errors import ConfigError
@@ -226,7 +227,7 @@ class AdminServicer(DriftAdmin, admin_pb2_grpc.AdminServicer):
         if not request.group:
             await _invalid(context, "group", "is required")
         stub = await self._checkpointer(context)
-        reply: failover_pb2.TranslateOffsetsResponse = await self._forward(
+        reply: failover_pb2.TranslateOffsetsResponse = await forward(
             context, stub.TranslateOffsets, request, 30)
         return reply
 
@@ -237,7 +238,7 @@ class AdminServicer(DriftAdmin, admin_pb2_grpc.AdminServicer):
         if not request.groups:
             await _invalid(context, "groups", "name at least one consumer group")
         stub = await self._checkpointer(context)
-        reply: failover_pb2.FailoverPlan = await self._forward(
+        reply: failover_pb2.FailoverPlan = await forward(
             context, stub.PlanFailover, request, 30)
         return reply
 
@@ -252,7 +253,7 @@ class AdminServicer(DriftAdmin, admin_pb2_grpc.AdminServicer):
                                             "is mirrored) or now (unplanned)")
         stub = await self._checkpointer(context)
         timeout = (request.drain_timeout_ms or 60_000) / 1000 + 30
-        reply: failover_pb2.FailoverResult = await self._forward(
+        reply: failover_pb2.FailoverResult = await forward(
             context, stub.ExecuteFailover, request, timeout)
         return reply
 
@@ -265,7 +266,7 @@ class AdminServicer(DriftAdmin, admin_pb2_grpc.AdminServicer):
         if request.timestamp_ms <= 0:
             await _invalid(context, "timestamp_ms", "must be a positive epoch time in ms")
         stub = await self._checkpointer(context)
-        reply: failover_pb2.FailoverResult = await self._forward(
+        reply: failover_pb2.FailoverResult = await forward(
             context, stub.FailoverToTime, request, 120)
         return reply
 
@@ -330,14 +331,14 @@ class AdminServicer(DriftAdmin, admin_pb2_grpc.AdminServicer):
     async def Topology(self, request: heartbeat_pb2.TopologyRequest,
                        context: Context) -> heartbeat_pb2.TopologyReport:
         await self._c.require_leader(context)
-        reply: heartbeat_pb2.TopologyReport = await self._forward(
+        reply: heartbeat_pb2.TopologyReport = await forward(
             context, (await self._heartbeat(context)).Topology, request, 30)
         return reply
 
     async def Canary(self, request: heartbeat_pb2.CanaryRequest,
                      context: Context) -> heartbeat_pb2.CanaryReport:
         await self._c.require_leader(context)
-        reply: heartbeat_pb2.CanaryReport = await self._forward(
+        reply: heartbeat_pb2.CanaryReport = await forward(
             context, (await self._heartbeat(context)).Canary, request, 30)
         return reply
 
@@ -345,7 +346,7 @@ class AdminServicer(DriftAdmin, admin_pb2_grpc.AdminServicer):
                     context: Context) -> heartbeat_pb2.AuditReport:
         await self._c.require_leader(context)
         await self._existing(request.flow, context)
-        reply: heartbeat_pb2.AuditReport = await self._forward(
+        reply: heartbeat_pb2.AuditReport = await forward(
             context, (await self._heartbeat(context)).Audit, request, 30)
         return reply
 
@@ -365,28 +366,12 @@ class AdminServicer(DriftAdmin, admin_pb2_grpc.AdminServicer):
             report.audit.append(reply.totals)
 
     async def _heartbeat(self, context: Context) -> heartbeat_pb2_grpc.HeartbeatStub:
-        address = self._c.registry.service_address("heartbeat")
-        if address is None:
-            await context.abort(grpc.StatusCode.UNAVAILABLE,
-                                "no heartbeat service has announced itself to this "
-                                "controller; is `mirrorline heartbeat --managed` running?")
-        assert address is not None
-        return heartbeat_pb2_grpc.HeartbeatStub(self._c.registry.channel(address))
+        return heartbeat_pb2_grpc.HeartbeatStub(await announced_channel(
+            context, self._c.registry, "heartbeat", "heartbeat service"))
 
     async def _checkpointer(self, context: Context) -> failover_pb2_grpc.CheckpointerStub:
-        address = self._c.registry.service_address("checkpointer")
-        if address is None:
-            await context.abort(grpc.StatusCode.UNAVAILABLE,
-                                "no checkpointer has announced itself to this controller; "
-                                "is `mirrorline checkpointer --managed` running?")
-        assert address is not None
-        return failover_pb2_grpc.CheckpointerStub(self._c.registry.channel(address))
-
-    async def _forward(self, context: Context, call: Any, request: Any, timeout: float) -> Any:
-        try:
-            return await call(request, timeout=timeout)
-        except grpc.aio.AioRpcError as exc:
-            await context.abort(exc.code(), exc.details() or "")
+        return failover_pb2_grpc.CheckpointerStub(await announced_channel(
+            context, self._c.registry, "checkpointer", "checkpointer"))
 
     async def _failback(self, record: FlowRecord) -> Failback:
         try:

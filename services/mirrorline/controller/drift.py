@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from mirrorline import grpcauth
+from mirrorline.controller.forwarding import announced_channel, forward
 from mirrorline.v1 import drift_pb2, drift_pb2_grpc
 
 if TYPE_CHECKING:
@@ -32,25 +33,14 @@ class DriftAdmin:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"flow {name} does not exist")
 
     async def _configsync(self, context: Context) -> drift_pb2_grpc.ConfigSyncStub:
-        address = self._c.registry.service_address("configsync")
-        if address is None:
-            await context.abort(grpc.StatusCode.UNAVAILABLE,
-                                "no config-sync service has announced itself to this "
-                                "controller; is `mirrorline configsync --managed` running?")
-        assert address is not None
-        return drift_pb2_grpc.ConfigSyncStub(self._c.registry.channel(address))
-
-    async def _call(self, context: Context, call: Any, request: Any, timeout: float) -> Any:
-        try:
-            return await call(request, timeout=timeout)
-        except grpc.aio.AioRpcError as exc:
-            await context.abort(exc.code(), exc.details() or "")
+        return drift_pb2_grpc.ConfigSyncStub(await announced_channel(
+            context, self._c.registry, "configsync", "config-sync service"))
 
     async def GetDrift(self, request: drift_pb2.DriftRequest,
                        context: Context) -> drift_pb2.DriftPlan:
         await self._existing_flow(request.flow, context)
         stub = await self._configsync(context)
-        reply: drift_pb2.DriftPlan = await self._call(context, stub.GetDrift, request, 120)
+        reply: drift_pb2.DriftPlan = await forward(context, stub.GetDrift, request, 120)
         return reply
 
     async def ApplyDrift(self, request: drift_pb2.ApplyDriftRequest,
@@ -65,14 +55,14 @@ class DriftAdmin:
         if said and who.how != "anonymous" and said != who.name:
             named += f", user {said}"
         forwarded = drift_pb2.ApplyDriftRequest(flow=request.flow, requested_by=named)
-        reply: drift_pb2.ApplyDriftResult = await self._call(context, stub.ApplyDrift,
-                                                             forwarded, 300)
+        reply: drift_pb2.ApplyDriftResult = await forward(context, stub.ApplyDrift,
+                                                          forwarded, 300)
         return reply
 
     async def GetDriftHistory(self, request: drift_pb2.DriftHistoryRequest,
                               context: Context) -> drift_pb2.DriftHistory:
         await self._existing_flow(request.flow, context)
         stub = await self._configsync(context)
-        reply: drift_pb2.DriftHistory = await self._call(context, stub.GetDriftHistory,
-                                                         request, 30)
+        reply: drift_pb2.DriftHistory = await forward(context, stub.GetDriftHistory,
+                                                      request, 30)
         return reply

@@ -20,9 +20,9 @@ import enum
 import math
 import struct
 from collections import deque
-from collections.abc import Iterable
-from dataclasses import dataclass, field
-from typing import Final
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
 
 from mirrorline.core.errors import WireFormatError
 
@@ -31,6 +31,9 @@ __all__ = [
     "CanaryStatus",
     "FlowCanary",
     "Health",
+    "PartitionState",
+    "fold_arrival",
+    "new_partition_state",
     "percentile",
 ]
 
@@ -98,16 +101,77 @@ class CanaryStatus:
     duplicated_total: int = 0
 
 
-@dataclass
-class _Partition:
-    #: Highest sequence seen per session (the current one and a few older ones).
-    last_seen: dict[int, int] = field(default_factory=dict)
-    #: Sent and not yet seen: (sequence, sent_ms), in sending order.
-    pending: deque[tuple[int, int]] = field(default_factory=deque)
+#: One partition's windowed arrival state, JSON-shaped so that it can live in a faust table
+#: (one entry per flow and partition; see `heartbeat.canary_state`):
+#: ``next``      the offset in the remote canary topic after the last record folded in;
+#: ``seen``      highest sequence seen per session (keys are sessions as strings);
+#: ``samples``   ``[arrival_ms, latency_ms]`` within the window;
+#: ``anomalies`` ``[arrival_ms, lost, duplicated]`` within the window;
+#: ``lost``/``dup`` totals since the state was first created (they survive restarts).
+PartitionState = dict[str, Any]
+
+_SESSIONS_KEPT: Final = 4
+
+
+def new_partition_state(next_offset: int = 0) -> PartitionState:
+    return {"next": next_offset, "seen": {}, "samples": [], "anomalies": [], "lost": 0,
+            "dup": 0}
+
+
+def expire(state: PartitionState, now_ms: int, window_ms: int) -> None:
+    """Drop samples and anomalies that left the window."""
+    horizon = now_ms - window_ms
+    state["samples"] = [s for s in state["samples"] if s[0] >= horizon]
+    state["anomalies"] = [a for a in state["anomalies"] if a[0] >= horizon]
+
+
+def fold_arrival(state: PartitionState, record: CanaryRecord, arrival_ms: int, *,
+                 window_ms: int, since_ms: int = 0) -> str | None:
+    """Fold one canary read from the target into its partition's state; returns a
+    description of an anomaly (gap or repeat), if any.
+
+    A record sent before `since_ms` (the reader's start) gives no latency sample: the
+    time it waited while nobody read is not the mirror's latency. Its sequence still
+    counts when its session is already known (a resumed state), so that a restart is
+    neither a gap nor a repeat; a session never seen before is ignored whole.
+    """
+    session = str(record.session)
+    seen: dict[str, int] = state["seen"]
+    last = seen.get(session)
+    fresh = record.sent_ms >= since_ms
+    if last is None and not fresh:
+        return None
+    anomaly: str | None = None
+    lost = duplicated = 0
+    if last is not None and record.sequence <= last:
+        duplicated = 1
+        anomaly = f"canary {record.sequence} of partition {record.partition} repeated"
+    else:
+        if last is not None and record.sequence > last + 1:
+            lost = record.sequence - last - 1
+            anomaly = (f"{lost} canaries of partition {record.partition} missing "
+                       f"(sequence {last + 1}..{record.sequence - 1})")
+        seen[session] = record.sequence
+        while len(seen) > _SESSIONS_KEPT:
+            del seen[min(seen, key=int)]
+        if fresh:
+            state["samples"].append([arrival_ms, max(0, arrival_ms - record.sent_ms)])
+    if lost or duplicated:
+        state["lost"] += lost
+        state["dup"] += duplicated
+        state["anomalies"].append([arrival_ms, lost, duplicated])
+    expire(state, arrival_ms, window_ms)
+    return anomaly
 
 
 class FlowCanary:
     """Canary accounting of one flow over a sliding window of `window_ms`.
+
+    The arrival side (latency samples, lost and duplicated counts, sequences seen) is
+    per-partition `PartitionState` read through `states`: by default kept here, in the
+    service a view of the faust table its agent folds arrivals into, so that a restart
+    resumes it. What was sent and has not arrived yet belongs to the sender's session
+    and is kept here only (a restarted sender starts a new session).
 
     Health, judged against `slo_ms`:
     * VIOLATED -- a canary is overdue by more than the SLO (nothing arrives: the flow is
@@ -118,73 +182,66 @@ class FlowCanary:
     * UNKNOWN -- nothing to judge yet, or the service cannot reach a cluster (`unreachable`).
     """
 
-    _SESSIONS_KEPT: Final = 4
-
-    def __init__(self, *, slo_ms: int, window_ms: int) -> None:
+    def __init__(self, *, slo_ms: int, window_ms: int,
+                 states: Callable[[], Mapping[int, PartitionState]] | None = None) -> None:
         self.slo_ms = slo_ms
         self.window_ms = window_ms
-        self._partitions: dict[int, _Partition] = {}
-        #: (arrival_ms, partition, latency_ms) within the window.
-        self._samples: deque[tuple[int, int, int]] = deque()
-        #: (arrival_ms, lost, duplicated) events within the window.
-        self._anomalies: deque[tuple[int, int, int]] = deque()
-        self.lost_total = 0
-        self.duplicated_total = 0
+        self._local: dict[int, PartitionState] = {}
+        self._states = states or (lambda: self._local)
+        #: Sent and not yet seen, per partition: (sequence, sent_ms), in sending order.
+        self._pending: dict[int, deque[tuple[int, int]]] = {}
         self.session: int | None = None
         self.unreachable: str | None = None
-
-    def _partition(self, partition: int) -> _Partition:
-        return self._partitions.setdefault(partition, _Partition())
 
     def sent(self, record: CanaryRecord) -> None:
         """The sender produced `record` (and the source acknowledged it)."""
         if self.session != record.session:
             self.session = record.session
-            for state in self._partitions.values():
-                state.pending.clear()
-        self._partition(record.partition).pending.append((record.sequence, record.sent_ms))
+            self._pending.clear()
+        self._pending.setdefault(record.partition, deque()).append(
+            (record.sequence, record.sent_ms))
+
+    def seen(self, record: CanaryRecord) -> None:
+        """`record` arrived: it and every earlier canary of its partition are not overdue."""
+        pending = self._pending.get(record.partition)
+        if record.session == self.session and pending:
+            while pending and pending[0][0] <= record.sequence:
+                pending.popleft()
 
     def arrived(self, record: CanaryRecord, arrival_ms: int) -> str | None:
-        """A canary read from the target; returns a description of an anomaly, if any."""
-        state = self._partition(record.partition)
-        last = state.last_seen.get(record.session)
-        anomaly: str | None = None
-        lost = duplicated = 0
-        if last is not None and record.sequence <= last:
-            duplicated = 1
-            anomaly = f"canary {record.sequence} of partition {record.partition} repeated"
-        else:
-            if last is not None and record.sequence > last + 1:
-                lost = record.sequence - last - 1
-                anomaly = (f"{lost} canaries of partition {record.partition} missing "
-                           f"(sequence {last + 1}..{record.sequence - 1})")
-            state.last_seen[record.session] = record.sequence
-            while len(state.last_seen) > self._SESSIONS_KEPT:
-                del state.last_seen[min(state.last_seen)]
-            self._samples.append((arrival_ms, record.partition,
-                                  max(0, arrival_ms - record.sent_ms)))
-        if record.session == self.session:
-            while state.pending and state.pending[0][0] <= record.sequence:
-                state.pending.popleft()
-        if lost or duplicated:
-            self.lost_total += lost
-            self.duplicated_total += duplicated
-            self._anomalies.append((arrival_ms, lost, duplicated))
+        """A canary read from the target, folded into the local state (no table)."""
+        state = self._local.setdefault(record.partition, new_partition_state())
+        anomaly = fold_arrival(state, record, arrival_ms, window_ms=self.window_ms)
+        self.seen(record)
         return anomaly
 
-    def _expire(self, now_ms: int) -> None:
+    @property
+    def lost_total(self) -> int:
+        return sum(int(s["lost"]) for s in self._states().values())
+
+    @property
+    def duplicated_total(self) -> int:
+        return sum(int(s["dup"]) for s in self._states().values())
+
+    def _window(self, now_ms: int) -> tuple[list[tuple[int, int]], int, int]:
+        """(partition, latency) samples, lost and duplicated within the window at now."""
         horizon = now_ms - self.window_ms
-        while self._samples and self._samples[0][0] < horizon:
-            self._samples.popleft()
-        while self._anomalies and self._anomalies[0][0] < horizon:
-            self._anomalies.popleft()
+        samples: list[tuple[int, int]] = []
+        lost = duplicated = 0
+        for partition, state in sorted(self._states().items()):
+            samples += [(partition, int(s[1])) for s in state["samples"] if s[0] >= horizon]
+            for a in state["anomalies"]:
+                if a[0] >= horizon:
+                    lost += int(a[1])
+                    duplicated += int(a[2])
+        return samples, lost, duplicated
 
     def overdue(self, now_ms: int) -> tuple[int, int, int] | None:
         """The oldest canary not arrived yet: (partition, sequence, age_ms), or None."""
         oldest: tuple[int, int, int] | None = None
-        for partition, state in self._partitions.items():
-            if state.pending:
-                sequence, sent = state.pending[0]
+        for partition, pending in self._pending.items():
+            if pending:
+                sequence, sent = pending[0]
                 age = now_ms - sent
                 if oldest is None or age > oldest[2]:
                     oldest = (partition, sequence, age)
@@ -192,9 +249,8 @@ class FlowCanary:
 
     def partition_latencies(self, now_ms: int) -> dict[int, tuple[float, float, float, int]]:
         """Per partition: (p50, p99, max, samples) of the latencies in the window."""
-        self._expire(now_ms)
         by_partition: dict[int, list[int]] = {}
-        for _arrival, partition, latency in self._samples:
+        for partition, latency in self._window(now_ms)[0]:
             by_partition.setdefault(partition, []).append(latency)
         out: dict[int, tuple[float, float, float, int]] = {}
         for partition, values in sorted(by_partition.items()):
@@ -204,12 +260,10 @@ class FlowCanary:
         return out
 
     def status(self, now_ms: int) -> CanaryStatus:
-        self._expire(now_ms)
-        latencies = [s[2] for s in self._samples]
+        samples, lost, duplicated = self._window(now_ms)
+        latencies = [latency for _partition, latency in samples]
         p50, p99 = percentile(latencies, 50), percentile(latencies, 99)
         top = float(max(latencies)) if latencies else None
-        lost = sum(a[1] for a in self._anomalies)
-        duplicated = sum(a[2] for a in self._anomalies)
         overdue = self.overdue(now_ms)
         slo = self.slo_ms
 

@@ -154,14 +154,17 @@ class GroupFilter(NameFilter):
 
 def should_replicate_topic(topic: str, *, policy: ReplicationPolicy,
                            topic_filter: NamePredicate, target_alias: str,
-                           heartbeats_replication_enabled: bool) -> bool:
+                           heartbeats_replication_enabled: bool, canary_enabled: bool) -> bool:
     """Whether a source topic is copied by the flow to `target_alias` (spec §4.3).
 
     Heartbeats bypass the topic filter (when enabled) so that topology discovery works even
-    with a narrow `topics` list, and so do canary topics, so that every flow can be
-    probed; internal topics and cycles are never replicated.
+    with a narrow `topics` list, and so do canary topics when the flow's canary is on
+    (`canary.enabled`), so that the flow can be probed; a flow whose canary is off treats
+    them like any other topic (MM2 has no canary, so nothing there requires otherwise).
+    Internal topics and cycles are never replicated.
     """
-    selected = topic_filter.accepts(topic) or policy.is_canary_topic(topic) or (
+    selected = topic_filter.accepts(topic) or (
+        canary_enabled and policy.is_canary_topic(topic)) or (
         heartbeats_replication_enabled and policy.is_heartbeats_topic(topic))
     return (selected and not policy.is_internal_topic(topic)
             and not is_cycle(policy, topic, target_alias))

@@ -1,4 +1,5 @@
-"""The audit's state: one faust app per target cluster, its windows in a faust table.
+"""The heartbeat service's state: one faust app per target cluster, its windows in faust
+tables (the audit's windows and the canary's latency/sequence windows).
 
 Faust binds an app to one cluster, and the audit of a flow reads two. So each target
 cluster gets one app, and the per-window summaries of *both* sides of every flow into it
@@ -14,6 +15,13 @@ A replayed event (after a crash) or a stale one is ignored, and a reader that fi
 event ignored re-reads from the table's position. This is what makes a restart exact
 even when table recovery comes back a few updates short (as on brokers whose
 ListOffsets answers short of the log end): the readers simply re-read those records.
+
+The canary's table works the same way: one entry per flow and partition of the remote
+canary topic, holding the next offset to read with the partition's windowed arrival
+state (`core.canary.PartitionState`), folded by the same agent from "canary" events of
+the flow's `CanaryReader`. So a restarted service resumes latency samples, lost and
+duplicated counts and the sequences seen, rather than starting blind (which would take
+the first canary after a restart for a gap, or forget a repeat).
 
 Verdicts go to the audit topic on the target, keyed by flow, topic, partition and
 window, so a verdict written twice (a window judged again after a recovery that lost the
@@ -32,18 +40,27 @@ from dataclasses import dataclass
 from typing import Any
 
 import faust
+from mode.threads import WorkerThread
 
 from mirrorline.core import record_audit as audit
+from mirrorline.core.canary import (
+    CanaryRecord,
+    PartitionState,
+    fold_arrival,
+    new_partition_state,
+)
 from mirrorline.core.record_audit import Side, WindowVerdict
 from mirrorline.core.settings import FlowSettings
 from mirrorline.kafka.admin import ClusterAdmin, TopicSpec
+from mirrorline.runtime import stop_within
 
 log = logging.getLogger(__name__)
 
 #: Seconds between judging rounds.
 TICK_S = 0.5
-#: Longest wait for faust to stop (it stops within a second normally).
-STOP_TIMEOUT_S = 10.0
+#: Longest wait for each step of stopping faust (it stops within a second normally);
+#: the service's whole stop fits in `HeartbeatService.stop_budget_s`.
+STOP_TIMEOUT_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -51,13 +68,15 @@ class AuditTopics:
     events: str
     changelog: str
     results: str
+    canary_changelog: str
 
     @classmethod
     def for_deployment(cls, deployment: str | None) -> AuditTopics:
         prefix = f"mirrorline-{deployment}" if deployment else "mirrorline"
         return cls(events=f"{prefix}-heartbeat-events.internal",
                    changelog=f"{prefix}-heartbeat-audit-changelog.internal",
-                   results=f"{prefix}-audit.internal")
+                   results=f"{prefix}-audit.internal",
+                   canary_changelog=f"{prefix}-heartbeat-canary-changelog.internal")
 
 
 def verdict_key(flow: str, topic: str, partition: int, start: int) -> str:
@@ -90,6 +109,30 @@ def faust_credentials(client_kwargs: Mapping[str, Any]) -> Any:
                                      password=client_kwargs.get("sasl_plain_password"),
                                      ssl_context=context, mechanism=mechanism)
     return None
+
+
+def _quiet_faust() -> None:
+    """What is left of an abandoned faust app is cancelled or dropped at exit and would
+    report each piece with a traceback; the warning before this already said why."""
+    for name in ("faust", "mode"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
+class _DaemonWorker(WorkerThread):
+    """Faust's consumer thread, as a daemon: if its consumer hangs on a cluster that does
+    not answer even after the app was stopped, it must not keep the process alive."""
+
+    def __init__(self, service: Any, **kwargs: Any) -> None:
+        super().__init__(service, **kwargs)
+        self.daemon = True
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except BaseException as exc:
+            # aiokafka's consumer, stopped while its cluster is down, lets the cancellation
+            # of its own fetch task escape; the thread is ending either way.
+            log.info("faust's consumer thread ended with %r", exc)
 
 
 def _part_key(flow: str, side: str, part: str) -> str:
@@ -127,6 +170,11 @@ class AuditApp:
                                    value_serializer="json")
         self.table = self.app.Table("audit", default=None, partitions=1,
                                     changelog_topic=changelog)
+        canary_changelog = self.app.topic(topics.canary_changelog, partitions=1,
+                                          compacting=True, deleting=False,
+                                          key_serializer="json", value_serializer="json")
+        self.canary_table = self.app.Table("canary", default=None, partitions=1,
+                                           changelog_topic=canary_changelog)
         self.app.agent(self._events, name=f"audit-{target}")(self._fold)
         self.started = False
         self._starting: asyncio.Task[None] | None = None
@@ -140,7 +188,9 @@ class AuditApp:
         try:
             for spec in (TopicSpec(self.topics.events, 1, -1, {"retention.ms": "3600000"}),
                          TopicSpec(self.topics.changelog, 1, -1, {"cleanup.policy": "compact"}),
-                         TopicSpec(self.topics.results, 1, -1, {"cleanup.policy": "compact"})):
+                         TopicSpec(self.topics.results, 1, -1, {"cleanup.policy": "compact"}),
+                         TopicSpec(self.topics.canary_changelog, 1, -1,
+                                   {"cleanup.policy": "compact"})):
                 await admin.ensure_topic(spec)
         finally:
             await admin.close()
@@ -151,6 +201,9 @@ class AuditApp:
         # Faust's start runs in a task of its own: interrupting it halfway (SIGTERM during the
         # group join) leaves services behind that keep the process from exiting, so a stop
         # lets it finish (bounded) and then stops the app properly.
+        consumer_thread = getattr(self.app.consumer, "_thread", None)
+        if consumer_thread is not None:
+            consumer_thread.Worker = _DaemonWorker
         self._starting = asyncio.create_task(self.app.start(), name=f"faust {self.target}")
         await asyncio.shield(self._starting)
         self.started = True
@@ -168,15 +221,48 @@ class AuditApp:
         await self.send({"kind": "init", "flow": name, "start": first})
 
     async def stop(self) -> None:
+        """Stop the app in whatever state it is, and leave nothing that holds the process.
+
+        Faust runs its Kafka consumer in a thread of its own (mode's `ServiceThread`). A
+        start cut short, or a stop that overran, used to leave that thread and its event
+        loop running, and the process then never exited. So an unfinished start is
+        cancelled, faust's own stop runs (bounded), and the consumer thread is then told
+        to stop and awaited (bounded). Should it still hang on a cluster that does not
+        answer, it is a daemon thread (see `start`) and ends with the process; faust's
+        remains are then silenced after one line saying why.
+        """
         if self._ticker is not None:
             self._ticker.cancel()
             await asyncio.gather(self._ticker, return_exceptions=True)
-        if self._starting is not None:
-            starting, self._starting, self.started = self._starting, None, False
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(asyncio.shield(starting), STOP_TIMEOUT_S)
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.app.stop(), STOP_TIMEOUT_S)
+        starting, self._starting, self.started = self._starting, None, False
+        if starting is None:
+            return
+        if not starting.done():
+            starting.cancel()
+            await asyncio.wait({starting}, timeout=STOP_TIMEOUT_S)
+        if not await stop_within(self.app.stop(), STOP_TIMEOUT_S,
+                                 f"stopping the faust app of {self.target!r}"):
+            _quiet_faust()
+        if not await self._end_consumer_thread():
+            log.warning("audit %s: faust's consumer thread did not stop within %.0fs (cluster "
+                        "%r does not answer); not waiting for it", self.target,
+                        STOP_TIMEOUT_S, self.target)
+            _quiet_faust()
+
+    async def _end_consumer_thread(self) -> bool:
+        """Tell faust's consumer thread to stop and wait for it; False if it did not."""
+        consumer = getattr(self.app, "_consumer", None)
+        service = getattr(consumer, "_thread", None)
+        worker = getattr(service, "_thread", None)
+        if service is None or worker is None:
+            return True
+        with contextlib.suppress(RuntimeError):  # its loop closed already: it is ending
+            service.thread_loop.call_soon_threadsafe(service._stopped.set)
+        for _ in range(int(STOP_TIMEOUT_S / 0.05)):  # a thread's end cannot be awaited
+            if not worker.is_alive():
+                return True
+            await asyncio.sleep(0.05)
+        return not worker.is_alive()
 
     async def send(self, event: dict[str, Any]) -> None:
         await self._events.send(value=event)
@@ -200,6 +286,15 @@ class AuditApp:
         return sum(int(v["late"]) for k, v in list(self.table.items())
                    if isinstance(k, str) and k.startswith(prefix) and isinstance(v, dict))
 
+    def canary_state(self, flow: str, partition: int) -> PartitionState | None:
+        state = self.canary_table.get(f"{flow}|{partition}")
+        return state if isinstance(state, dict) else None
+
+    def canary_states(self, flow: str) -> dict[int, PartitionState]:
+        prefix = f"{flow}|"
+        return {int(k[len(prefix):]): v for k, v in list(self.canary_table.items())
+                if isinstance(k, str) and k.startswith(prefix) and isinstance(v, dict)}
+
     # -- the agent ----------------------------------------------------------------------
     async def _fold(self, stream: Any) -> None:
         async for event in stream:
@@ -219,6 +314,26 @@ class AuditApp:
             self._fold_parts(event)
         elif kind == "tick":
             await self._judge()
+        elif kind == "canary":
+            self._fold_canary(event)
+
+    def _fold_canary(self, event: Mapping[str, Any]) -> None:
+        flow, partition = str(event["flow"]), int(event["partition"])
+        key = f"{flow}|{partition}"
+        state = self.canary_table.get(key)
+        if state is None:
+            state = new_partition_state(int(event["from"]))
+        elif int(state["next"]) != int(event["from"]):
+            return  # stale or replayed: the reader re-reads from state["next"]
+        for session, sequence, sent_ms in event["records"]:
+            anomaly = fold_arrival(state, CanaryRecord(int(session), partition, int(sequence),
+                                                       int(sent_ms)),
+                                   int(event["at"]), window_ms=int(event["window"]),
+                                   since_ms=int(event["since"]))
+            if anomaly:
+                log.warning("canary %s: %s", flow, anomaly)
+        state["next"] = int(event["to"])
+        self.canary_table[key] = state
 
     def _fold_parts(self, event: Mapping[str, Any]) -> None:
         flow, side = str(event["flow"]), str(event["side"])

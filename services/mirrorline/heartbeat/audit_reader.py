@@ -25,11 +25,11 @@ from typing import Any, Literal
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from mirrorline.core import record_audit as audit
-from mirrorline.core.backoff import Backoff
 from mirrorline.core.filters import TopicFilter, should_replicate_topic
 from mirrorline.core.policy import make_policy
 from mirrorline.core.settings import FlowSettings
 from mirrorline.heartbeat.audit_app import AuditApp
+from mirrorline.heartbeat.retrying import Retrying
 from mirrorline.kafka.metadata import partitions_by_topic
 
 log = logging.getLogger(__name__)
@@ -50,9 +50,10 @@ class FlowTopics:
         self.partitions: dict[str, int] = {}
 
 
-class AuditReader:
+class AuditReader(Retrying):
     def __init__(self, flow: FlowSettings, side: Literal["source", "target"], app: AuditApp,
                  topics: FlowTopics, consumer_kwargs: Mapping[str, Any]) -> None:
+        super().__init__(f"audit {side} {flow.name}")
         self.flow = flow
         self.side = side
         self.app = app
@@ -66,46 +67,25 @@ class AuditReader:
         kwargs.setdefault("fetch_max_wait_ms", 200)
         self._kwargs = kwargs
         self.cluster = flow.source if side == "source" else flow.target
-        self.error: str | None = None
         self.records = 0
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run(),
-                                         name=f"audit {self.side} {self.flow.name}")
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
 
     def _remote(self, topic: str) -> str:
         return topic if self.side == "source" else self.policy.format_remote_topic(
             self.flow.source, topic)
 
-    async def _run(self) -> None:
-        backoff, attempt = Backoff(maximum=10.0), 0
-        while True:
-            consumer = AIOKafkaConsumer(**self._kwargs)
-            try:
-                await asyncio.wait_for(consumer.start(), 15)
-                if self.error:
-                    log.info("audit %s: %s cluster %r reachable again", self.flow.name,
-                             self.side, self.cluster)
-                self.error, attempt = None, 0
-                await self._read(consumer)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                reason = f"{self.side} cluster {self.cluster!r} unreachable: {exc!r}"
-                if reason != self.error:
-                    log.warning("audit %s: %s; retrying", self.flow.name, reason)
-                self.error = reason
-                await asyncio.sleep(backoff.delay(attempt))
-                attempt += 1
-            finally:
-                with contextlib.suppress(Exception):
-                    await consumer.stop()
+    def _describe(self, exc: Exception) -> tuple[str, str]:
+        reason = f"{self.side} cluster {self.cluster!r} unreachable: {exc!r}"
+        return reason, f"audit {self.flow.name}: {reason}"
+
+    async def _session(self) -> None:
+        consumer = AIOKafkaConsumer(**self._kwargs)
+        try:
+            await asyncio.wait_for(consumer.start(), 15)
+            self._ready()
+            await self._read(consumer)
+        finally:
+            with contextlib.suppress(Exception):
+                await consumer.stop()
 
     async def _discover(self, consumer: AIOKafkaConsumer) -> dict[str, int]:
         """Source topic -> partitions this side reads (target: those that exist there)."""
@@ -116,7 +96,8 @@ class AuditReader:
                      if not self.policy.is_heartbeats_topic(t) and should_replicate_topic(
                          t, policy=self.policy, topic_filter=self._filter,
                          target_alias=self.flow.target,
-                         heartbeats_replication_enabled=False)}
+                         heartbeats_replication_enabled=False,
+                         canary_enabled=self.flow.canary.enabled)}
             self.topics.partitions = {t: n for t, n in found.items() if n}
             return dict(self.topics.partitions)
         remote = await partitions_by_topic(consumer, [self._remote(t)

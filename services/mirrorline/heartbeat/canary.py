@@ -4,10 +4,15 @@ The sender keeps the canary topic of its source cluster at no fewer partitions t
 cluster has brokers (so every broker's path is probed) and writes one small record per
 partition every `canary.interval.ms`, carrying its send time, its per-partition sequence
 number and W3C trace context. The reader of each flow reads the remote canary topic on
-the target and feeds the arrivals into the flow's pure `FlowCanary` accounting.
+the target and hands each batch of arrivals, as one "canary" event, to the target's
+faust app, whose agent folds it into the canary table (`core.canary.fold_arrival`); the
+flow's `FlowCanary` judges from that table. Like the audit's readers, a reader resumes
+from the offset the table records and re-reads from there whenever its event was not
+applied, so a restart neither loses nor double-counts an arrival.
 
-Records older than the service's start are skipped: they were judged (or not) by an
-earlier run, and counting them would report the downtime as latency.
+A canary sent before the reader started gives no latency sample (counting it would
+report the downtime as latency); its sequence still counts for a session the table
+already knows.
 """
 
 from __future__ import annotations
@@ -16,16 +21,17 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from mirrorline.core.backoff import Backoff
 from mirrorline.core.canary import TRACEPARENT, CanaryRecord, FlowCanary
 from mirrorline.core.errors import WireFormatError
+from mirrorline.heartbeat.audit_app import AuditApp
+from mirrorline.heartbeat.retrying import Retrying
 from mirrorline.kafka.admin import ClusterAdmin, TopicSpec, UnsupportedByBroker
 from mirrorline.kafka.metadata import partitions_by_topic
 
@@ -33,17 +39,21 @@ log = logging.getLogger(__name__)
 
 _PROPAGATOR = TraceContextTextMapPropagator()
 
+#: Longest wait for the app's agent to apply a reader's event.
+APPLY_TIMEOUT_S = 15.0
+
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class CanarySender:
+class CanarySender(Retrying):
     """Sends the canary of one source cluster and tells every flow from it what it sent."""
 
     def __init__(self, alias: str, topic: str, interval_ms: int, *,
                  producer_kwargs: Mapping[str, Any], admin_kwargs: Mapping[str, Any],
                  tracer: trace.Tracer, replication_factor: int = -1) -> None:
+        super().__init__(f"canary of {alias}")
         self.alias = alias
         self.topic = topic
         self.interval_ms = interval_ms
@@ -54,17 +64,7 @@ class CanarySender:
         self.flows: list[FlowCanary] = []
         self.session = _now_ms()
         self.partitions = 0
-        self.error: str | None = None
         self._sequence: dict[int, int] = {}
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name=f"canary of {self.alias}")
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
 
     async def _prepare(self) -> int:
         admin = ClusterAdmin(self.alias, self._admin_kwargs)
@@ -87,35 +87,24 @@ class CanarySender:
         finally:
             await admin.close()
 
-    async def _run(self) -> None:
-        backoff, attempt = Backoff(maximum=10.0), 0
-        while True:
-            producer: AIOKafkaProducer | None = None
-            try:
-                self.partitions = await self._prepare()
-                producer = AIOKafkaProducer(**self._producer_kwargs)
-                await asyncio.wait_for(producer.start(), 15)
-                self._set_error(None)
-                attempt = 0
-                while True:
-                    await self._send_round(producer)
-                    await asyncio.sleep(self.interval_ms / 1000)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                self._set_error(f"source cluster {self.alias!r} unreachable for the canary: "
-                                f"{exc!r}")
-                await asyncio.sleep(backoff.delay(attempt))
-                attempt += 1
-            finally:
-                if producer is not None:
-                    with contextlib.suppress(Exception):
-                        await producer.stop()
+    def _describe(self, exc: Exception) -> tuple[str, str]:
+        reason = f"source cluster {self.alias!r} unreachable for the canary: {exc!r}"
+        return reason, reason
 
-    def _set_error(self, error: str | None) -> None:
-        if error is not None and error != self.error:
-            log.warning("%s; retrying", error)
-        self.error = error
+    async def _session(self) -> None:
+        producer: AIOKafkaProducer | None = None
+        try:
+            self.partitions = await self._prepare()
+            producer = AIOKafkaProducer(**self._producer_kwargs)
+            await asyncio.wait_for(producer.start(), 15)
+            self._ready()
+            while True:
+                await self._send_round(producer)
+                await asyncio.sleep(self.interval_ms / 1000)
+        finally:
+            if producer is not None:
+                with contextlib.suppress(Exception):
+                    await producer.stop()
 
     async def _send_round(self, producer: AIOKafkaProducer) -> None:
         futures = []
@@ -144,57 +133,52 @@ class CanarySender:
                 flow.sent(record)
 
 
-class CanaryReader:
-    """Reads one flow's remote canary on the target into its `FlowCanary`."""
+class CanaryReader(Retrying):
+    """Reads one flow's remote canary on the target into the canary table of the target's
+    app (`app()` gives it once started), which the flow's `FlowCanary` judges from."""
 
     def __init__(self, flow_name: str, target: str, topic: str, canary: FlowCanary, *,
-                 consumer_kwargs: Mapping[str, Any], since_ms: int) -> None:
+                 consumer_kwargs: Mapping[str, Any], since_ms: int,
+                 app: Callable[[], AuditApp | None], tracer: trace.Tracer) -> None:
+        super().__init__(f"canary reader {flow_name}")
+        self._tracer = tracer
         self.flow_name = flow_name
         self.target = target
         self.topic = topic
         self.canary = canary
         self.since_ms = since_ms
+        self._app = app
         kwargs = dict(consumer_kwargs)
         kwargs.pop("group_id", None)
         kwargs["enable_auto_commit"] = False
         kwargs.setdefault("fetch_max_wait_ms", 100)
         self._kwargs = kwargs
         self.partitions = 0
-        self.error: str | None = None
         self._reported: set[tuple[int, int]] = set()
-        self._task: asyncio.Task[None] | None = None
 
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name=f"canary reader {self.flow_name}")
+    def _describe(self, exc: Exception) -> tuple[str, str]:
+        reason = f"target cluster {self.target!r} unreachable: {exc!r}"
+        return reason, f"canary {self.flow_name}: {reason}"
 
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+    def _set_error(self, error: str | None) -> None:
+        self.error = self.canary.unreachable = error
 
-    async def _run(self) -> None:
-        backoff, attempt = Backoff(maximum=10.0), 0
-        while True:
-            consumer = AIOKafkaConsumer(**self._kwargs)
-            try:
-                await asyncio.wait_for(consumer.start(), 15)
-                self.error = self.canary.unreachable = None
-                attempt = 0
-                await self._follow(consumer)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                reason = f"target cluster {self.target!r} unreachable: {exc!r}"
-                if reason != self.error:
-                    log.warning("canary %s: %s; retrying", self.flow_name, reason)
-                self.error = self.canary.unreachable = reason
-                await asyncio.sleep(backoff.delay(attempt))
-                attempt += 1
-            finally:
-                with contextlib.suppress(Exception):
-                    await consumer.stop()
+    async def _session(self) -> None:
+        consumer = AIOKafkaConsumer(**self._kwargs)
+        try:
+            await asyncio.wait_for(consumer.start(), 15)
+            self._ready()
+            while True:  # the state app is starting (or its cluster is down)
+                app = self._app()
+                if app is not None and app.started:
+                    break
+                await asyncio.sleep(0.2)
+            await self._follow(consumer, app)
+        finally:
+            with contextlib.suppress(Exception):
+                await consumer.stop()
 
-    async def _follow(self, consumer: AIOKafkaConsumer) -> None:
+    async def _follow(self, consumer: AIOKafkaConsumer, app: AuditApp) -> None:
         assigned: set[TopicPartition] = set()
         next_check = 0.0
         loop = asyncio.get_running_loop()
@@ -203,7 +187,7 @@ class CanaryReader:
                 found = await asyncio.wait_for(partitions_by_topic(consumer, [self.topic]), 15)
                 tps = {TopicPartition(self.topic, p) for p in found.get(self.topic, [])}
                 if tps - assigned:
-                    await self._assign(consumer, assigned, tps)
+                    await self._assign(consumer, app, assigned, tps)
                     assigned = tps
                     self.partitions = len(tps)
                 next_check = loop.time() + 2.0
@@ -212,21 +196,25 @@ class CanaryReader:
                 continue
             batches = await consumer.getmany(timeout_ms=200)
             arrival = _now_ms()
-            for records in batches.values():
-                for record in records:
-                    self._take(record, arrival)
+            for tp, records in batches.items():
+                await self._fold(consumer, app, tp, records, arrival)
 
-    async def _assign(self, consumer: AIOKafkaConsumer, old: set[TopicPartition],
-                      tps: set[TopicPartition]) -> None:
+    async def _assign(self, consumer: AIOKafkaConsumer, app: AuditApp,
+                      old: set[TopicPartition], tps: set[TopicPartition]) -> None:
         positions = {tp: await consumer.position(tp) for tp in old}
         consumer.assign(sorted(tps))
         for tp in tps:
             if tp in positions:
                 consumer.seek(tp, positions[tp])
         new = [tp for tp in tps if tp not in positions]
+        for tp in list(new):
+            state = app.canary_state(self.flow_name, tp.partition)
+            if state is not None:  # resume where the table stands
+                consumer.seek(tp, int(state["next"]))
+                new.remove(tp)
         if new:
-            # offsets_for_times may answer early on some brokers; records before
-            # `since_ms` are skipped by `_take` in any case.
+            # offsets_for_times may answer early on some brokers; records sent before
+            # `since_ms` of a session not seen yet are ignored by the fold in any case.
             found = await consumer.offsets_for_times({tp: self.since_ms for tp in new})
             for tp in new:
                 at = found.get(tp)
@@ -235,9 +223,64 @@ class CanaryReader:
                 else:
                     consumer.seek(tp, at.offset)
 
-    def _take(self, record: Any, arrival_ms: int) -> None:
+    async def _fold(self, consumer: AIOKafkaConsumer, app: AuditApp, tp: TopicPartition,
+                    records: list[Any], arrival_ms: int) -> None:
+        if not records:
+            return
+        state = app.canary_state(self.flow_name, tp.partition)
+        start = records[0].offset if state is None else int(state["next"])
+        if records[0].offset != start:  # not where the table stands: re-read from there
+            consumer.seek(tp, start)
+            return
+        pairs = [(r, c) for r, c in ((r, self._decode(r)) for r in records) if c is not None]
+        decoded = [c for _r, c in pairs]
+        to = records[-1].offset + 1
+        await app.send({"kind": "canary", "flow": self.flow_name, "partition": tp.partition,
+                        "from": start, "to": to, "at": arrival_ms, "since": self.since_ms,
+                        "window": self.canary.window_ms,
+                        "records": [[c.session, c.sequence, c.sent_ms] for c in decoded]})
+        if not await self._applied(app, tp.partition, to):
+            log.info("canary %s: state moved elsewhere; re-reading from the table's position",
+                     self.flow_name)
+            state = app.canary_state(self.flow_name, tp.partition)
+            consumer.seek(tp, start if state is None else int(state["next"]))
+            return
+        for record, canary in pairs:
+            self.canary.seen(canary)
+            self._arrival_span(record, canary, arrival_ms)
+
+    def _arrival_span(self, record: Any, canary: CanaryRecord, arrival_ms: int) -> None:
+        """The canary's arrival, in the trace its sender started (the replicator copies
+        the record's `traceparent`, and links its batch span to it): one trace shows the
+        canary from produce through replication to here."""
+        carrier = {k: v.decode("ascii", "replace") for k, v in (record.headers or ())
+                   if k == TRACEPARENT and v is not None}
+        span = self._tracer.start_span(
+            f"{self.topic} process", context=_PROPAGATOR.extract(carrier),
+            kind=trace.SpanKind.CONSUMER, start_time=arrival_ms * 1_000_000,
+            attributes={"messaging.system": "kafka",
+                        "messaging.destination.name": self.topic,
+                        "messaging.destination.partition.id": str(record.partition),
+                        "messaging.kafka.offset": record.offset,
+                        "messaging.operation.type": "process",
+                        "mirrorline.flow": self.flow_name,
+                        "mirrorline.canary.sequence": canary.sequence,
+                        "mirrorline.canary.latency_ms": max(0, arrival_ms - canary.sent_ms)})
+        span.end()
+
+    async def _applied(self, app: AuditApp, partition: int, to: int) -> bool:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + APPLY_TIMEOUT_S
+        while loop.time() < deadline:
+            state = app.canary_state(self.flow_name, partition)
+            if state is not None and int(state["next"]) == to:
+                return True
+            await asyncio.sleep(0.01)
+        return False
+
+    def _decode(self, record: Any) -> CanaryRecord | None:
         try:
-            canary = CanaryRecord.decode(record.value)
+            return CanaryRecord.decode(record.value)
         except WireFormatError as exc:
             where = (record.partition, record.offset)
             if where not in self._reported:
@@ -245,9 +288,4 @@ class CanaryReader:
                 log.warning("canary %s: skipping malformed record at topic %s partition %d "
                             "offset %d: %s", self.flow_name, record.topic, record.partition,
                             record.offset, exc)
-            return
-        if canary.sent_ms < self.since_ms:
-            return
-        anomaly = self.canary.arrived(canary, arrival_ms)
-        if anomaly:
-            log.warning("canary %s: %s", self.flow_name, anomaly)
+            return None

@@ -19,69 +19,51 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
-from mirrorline.core.backoff import Backoff
 from mirrorline.core.settings import FlowSettings
 from mirrorline.core.wire import Heartbeat
+from mirrorline.heartbeat.retrying import Retrying
 from mirrorline.kafka.admin import ClusterAdmin, TopicSpec
 
 log = logging.getLogger(__name__)
 
 
-class HeartbeatEmitter:
+class HeartbeatEmitter(Retrying):
     """Heartbeats of every pair that targets one cluster."""
 
     def __init__(self, alias: str, pairs: Sequence[FlowSettings], *,
                  producer_kwargs: Mapping[str, Any], admin_kwargs: Mapping[str, Any],
                  topic: str) -> None:
+        super().__init__(f"heartbeats to {alias}")
         self.alias = alias
         self.pairs = list(pairs)
         self.topic = topic
         self._producer_kwargs = dict(producer_kwargs)
         self._admin_kwargs = dict(admin_kwargs)
-        self._task: asyncio.Task[None] | None = None
-        self.error: str | None = None
         self.sent = 0
 
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name=f"heartbeats to {self.alias}")
+    def _describe(self, exc: Exception) -> tuple[str, str]:
+        reason = f"cluster {self.alias!r} unreachable for heartbeats: {exc!r}"
+        return reason, reason
 
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-
-    async def _run(self) -> None:
-        backoff, attempt = Backoff(maximum=10.0), 0
-        while True:
-            producer: AIOKafkaProducer | None = None
+    async def _session(self) -> None:
+        producer: AIOKafkaProducer | None = None
+        try:
+            admin = ClusterAdmin(self.alias, self._admin_kwargs)
+            await asyncio.wait_for(admin.start(), 15)
             try:
-                admin = ClusterAdmin(self.alias, self._admin_kwargs)
-                await asyncio.wait_for(admin.start(), 15)
-                try:
-                    factor = max(p.heartbeats_topic_replication_factor for p in self.pairs)
-                    await admin.ensure_topic(TopicSpec(
-                        self.topic, 1, factor, {"cleanup.policy": "compact"}))
-                finally:
-                    await admin.close()
-                producer = AIOKafkaProducer(**self._producer_kwargs)
-                await asyncio.wait_for(producer.start(), 15)
-                if self.error:
-                    log.info("heartbeats to %s: cluster reachable again", self.alias)
-                self.error, attempt = None, 0
-                await self._emit(producer)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                reason = f"cluster {self.alias!r} unreachable for heartbeats: {exc!r}"
-                if reason != self.error:
-                    log.warning("%s; retrying", reason)
-                self.error = reason
-                await asyncio.sleep(backoff.delay(attempt))
-                attempt += 1
+                factor = max(p.heartbeats_topic_replication_factor for p in self.pairs)
+                await admin.ensure_topic(TopicSpec(
+                    self.topic, 1, factor, {"cleanup.policy": "compact"}))
             finally:
-                if producer is not None:
-                    with contextlib.suppress(Exception):
-                        await producer.stop()
+                await admin.close()
+            producer = AIOKafkaProducer(**self._producer_kwargs)
+            await asyncio.wait_for(producer.start(), 15)
+            self._ready()
+            await self._emit(producer)
+        finally:
+            if producer is not None:
+                with contextlib.suppress(Exception):
+                    await producer.stop()
 
     async def _emit(self, producer: AIOKafkaProducer) -> None:
         """Each pair on its own interval; the first heartbeat one interval after start."""

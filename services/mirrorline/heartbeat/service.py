@@ -24,7 +24,7 @@ from mirrorline.controlplane.announce import announce_forever
 from mirrorline.controlplane.join import open_control_log
 from mirrorline.controlplane.log import ControlLog
 from mirrorline.core.backoff import Backoff
-from mirrorline.core.canary import FlowCanary
+from mirrorline.core.canary import FlowCanary, PartitionState
 from mirrorline.core.errors import ConfigError
 from mirrorline.core.flowdefs import Definition, flow_settings
 from mirrorline.core.policy import DefaultReplicationPolicy, ReplicationPolicy, make_policy
@@ -37,6 +37,7 @@ from mirrorline.heartbeat.canary import CanaryReader, CanarySender
 from mirrorline.heartbeat.clients import cluster_kwargs
 from mirrorline.heartbeat.emitter import HeartbeatEmitter
 from mirrorline.heartbeat.metrics import register_metrics
+from mirrorline.heartbeat.retrying import cancel_and_wait
 from mirrorline.heartbeat.topology import TopologyWatcher
 from mirrorline.heartbeat.verdicts import VerdictStore
 from mirrorline.kafka.reader import read_topic
@@ -52,6 +53,10 @@ STALE_MIN_MS = 10_000
 
 
 class HeartbeatService:
+    #: Seconds `stop()` may take (see `mirrorline.runtime`): faust's stop and the end of
+    #: its consumer thread need more than the default (`AuditApp.stop`).
+    stop_budget_s = 7.0
+
     def __init__(self, settings: MirrorSettings, *, instance_id: str = "heartbeat",
                  targets: Sequence[str] | None = None, grpc_host: str = "127.0.0.1",
                  grpc_port: int = 0, metrics_host: str = "127.0.0.1",
@@ -88,14 +93,17 @@ class HeartbeatService:
         self._audit_tasks: dict[str, asyncio.Task[None]] = {}
         self.audit_topics = AuditTopics.for_deployment(settings.deployment)
         self.apps: dict[str, AuditApp] = {}
+        self._pending_apps: dict[str, AuditApp] = {}
         self.audit_readers: list[AuditReader] = []
-        self.audit_errors: dict[str, str] = {}
+        #: Why the state app of a target cluster cannot start (target alias -> reason).
+        self.state_errors: dict[str, str] = {}
         self.verdicts = VerdictStore()
         self._control: ControlLog | None = None
         #: Why the control log cannot be read (managed mode; None once it is).
         self._home_error: str | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._changed = asyncio.Event()
+        self._stopping = False
 
     def _policy(self, alias: str) -> ReplicationPolicy:
         for flow in self.settings.flows.values():
@@ -147,8 +155,15 @@ class HeartbeatService:
                  len(self.canaries), len(self.audited))
 
     def _add_canary(self, flow: FlowSettings) -> None:
+        target = flow.target
+
+        def states() -> dict[int, PartitionState]:
+            app = self.apps.get(target)
+            return app.canary_states(flow.name) if app is not None else {}
+
         canary = self.canaries[flow.name] = FlowCanary(slo_ms=flow.canary.latency_slo_ms,
-                                                       window_ms=flow.audit.window_ms)
+                                                       window_ms=flow.audit.window_ms,
+                                                       states=states)
         policy = make_policy(flow.policy, flow.source)
         sender = self.senders.get(flow.source)
         if sender is None:
@@ -167,7 +182,8 @@ class HeartbeatService:
                                                                policy.canary_topic()),
             canary, consumer_kwargs=cluster_kwargs(
                 self.settings, flow.target, "consumer", f"heartbeat-{flow.name}-canary"),
-            since_ms=int(time.time() * 1000))
+            since_ms=int(time.time() * 1000), app=lambda: self.apps.get(target),
+            tracer=self._tracer())
         reader.start()
 
     async def _remove_canary(self, name: str) -> None:
@@ -189,15 +205,16 @@ class HeartbeatService:
             if app is not None:
                 await app.add_flow(flow.name, flow, int(time.time() * 1000))
                 self._start_audit_readers(app, flow)
-            elif flow.target not in self._audit_tasks:
-                self._audit_tasks[flow.target] = asyncio.create_task(
-                    self._run_audit(flow.target), name=f"audit into {flow.target}")
+        if (flow.canary.enabled or flow.audit.enabled) and flow.target not in self.apps \
+                and flow.target not in self._audit_tasks:
+            # The target's app holds the canary's table as well as the audit's.
+            self._audit_tasks[flow.target] = asyncio.create_task(
+                self._run_audit(flow.target), name=f"state app of {flow.target}")
 
     async def _remove_flow(self, name: str) -> None:
         flow = self.flows.pop(name)
         await self._remove_canary(name)
         self.audited.pop(name, None)
-        self.audit_errors.pop(name, None)
         readers = [r for r in self.audit_readers if r.flow.name == name]
         self.audit_readers = [r for r in self.audit_readers if r.flow.name != name]
         await asyncio.gather(*(r.stop() for r in readers), return_exceptions=True)
@@ -222,6 +239,9 @@ class HeartbeatService:
                            on_verdict=self._verdict, since_ms=self.started_ms,
                            client_kwargs=cluster_kwargs(self.settings, target, "consumer",
                                                         f"heartbeat-{target}-audit"))
+            # Until it is started (or given up), `stop()` stops it: a cancelled start must
+            # not leave faust's consumer thread behind.
+            self._pending_apps[target] = app
             try:
                 await app.create_topics()
                 self.verdicts.load(self.audit_topics.results, await read_topic(
@@ -230,23 +250,21 @@ class HeartbeatService:
                     self.audit_topics.results, partitions=1))
                 await asyncio.wait_for(app.start(), 120)
                 break
-            except asyncio.CancelledError:
-                await asyncio.shield(app.stop())
-                raise
             except Exception as exc:
+                if self._stopping:  # a cancellation some client turned into an error
+                    return
                 reason = f"target cluster {target!r} unreachable for the audit: {exc!r}"
-                for name in flows:
-                    self.audit_errors[name] = reason
+                self.state_errors[target] = reason
                 if reason != said:
                     log.warning("%s; retrying", reason)
                     said = reason
                 with contextlib.suppress(Exception):
                     await app.stop()
+                del self._pending_apps[target]
                 await asyncio.sleep(backoff.delay(attempt))
                 attempt += 1
-        for name in flows:
-            self.audit_errors.pop(name, None)
-        self.apps[target] = app
+        self.state_errors.pop(target, None)
+        self.apps[target] = self._pending_apps.pop(target)
         # Flows added or removed while the app was starting.
         for name in set(app.flows) - set(self.audited):
             app.flows.pop(name)
@@ -308,13 +326,12 @@ class HeartbeatService:
     async def stop(self) -> None:
         await self._grpc.set_serving(False)
         tasks = [*self._tasks, *self._audit_tasks.values()]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        self._stopping = True
+        await cancel_and_wait(*tasks)
         parts: list[Any] = [*self.emitters, *self.watchers.values(), *self.senders.values(),
                  *self.canary_readers.values(), *self.audit_readers]
-        await asyncio.gather(*(p.stop() for p in parts), return_exceptions=True)
-        await asyncio.gather(*(a.stop() for a in self.apps.values()), return_exceptions=True)
+        apps = [*self.apps.values(), *self._pending_apps.values()]
+        await asyncio.gather(*(p.stop() for p in [*parts, *apps]), return_exceptions=True)
         if self._control is not None:
             with contextlib.suppress(Exception):
                 await self._control.stop()
@@ -338,10 +355,9 @@ class HeartbeatService:
         found += [w.error for w in self.watchers.values() if w.error and w.error != "not read yet"]
         found += [s.error for s in self.senders.values() if s.error]
         found += [r.error for r in self.canary_readers.values() if r.error]
-        found += list(self.audit_errors.values())
-        found += [f"the audit of {t!r} is starting" for t in
-                  {f.target for f in self.audited.values()} - set(self.apps)
-                  if not any(self.audited[n].target == t for n in self.audit_errors)]
+        found += list(self.state_errors.values())
+        found += [f"the state of {t!r} is starting" for t in
+                  set(self._audit_tasks) - set(self.apps) - set(self.state_errors)]
         found += [r.error for r in self.audit_readers if r.error]
         return found
 
@@ -350,7 +366,8 @@ class HeartbeatService:
         flow, canary = self.flows[name], self.canaries[name]
         sender, reader = self.senders.get(flow.source), self.canary_readers.get(name)
         canary.unreachable = (sender.error if sender and sender.error
-                              else reader.error if reader else None)
+                              else reader.error if reader and reader.error
+                              else self.state_errors.get(flow.target))
         status = canary.status(int(time.time() * 1000))
 
         def ms(value: float | None) -> float:
@@ -372,7 +389,8 @@ class HeartbeatService:
         by_verdict, missing, duplicated = self.verdicts.totals(name)
         app = self.apps.get(self.audited[name].target)
         errors = [r.error for r in self.audit_readers if r.flow.name == name and r.error]
-        error = self.audit_errors.get(name) or (errors[0] if errors else "")
+        error = self.state_errors.get(self.audited[name].target) or (errors[0] if errors
+                                                                     else "")
         if app is None and not error:
             error = "the audit is starting"
         return heartbeat_pb2.AuditTotals(

@@ -8,6 +8,7 @@ act on. Decisions (what to create, with which configs) live in the pure core.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -56,6 +57,21 @@ class ClusterAdmin:
     def client(self) -> AIOKafkaAdminClient:
         """The underlying aiokafka admin client (for adapters such as `kafka.groups`)."""
         return self._client
+
+    @classmethod
+    async def open(cls, alias: str, client_kwargs: Mapping[str, Any],
+                   timeout: float | None = None) -> ClusterAdmin:
+        """A started admin client. When starting fails or takes longer than `timeout`, the
+        client is closed before the error is raised, so a caller retrying until the
+        cluster answers leaves no connection behind."""
+        admin = cls(alias, client_kwargs)
+        try:
+            await asyncio.wait_for(admin.start(), timeout)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await admin.close()
+            raise
+        return admin
 
     async def start(self) -> None:
         await self._client.start()

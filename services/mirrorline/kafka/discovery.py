@@ -55,7 +55,8 @@ class TopicDiscovery:
         return should_replicate_topic(
             topic, policy=self.policy, topic_filter=self._topic_filter,
             target_alias=self.flow.naming_target,
-            heartbeats_replication_enabled=self.flow.heartbeats_replication_enabled)
+            heartbeats_replication_enabled=self.flow.heartbeats_replication_enabled,
+            canary_enabled=self.flow.canary.enabled)
 
     async def refresh(self) -> DiscoveryResult:
         result = DiscoveryResult()

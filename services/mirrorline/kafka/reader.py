@@ -64,12 +64,18 @@ class TopicReader:
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
+    def _end(self, tp: TopicPartition) -> int | None:
+        """The end of `tp` as of the latest fetch: its high watermark, or under
+        read_committed its last stable offset (an open transaction must not stall a read)."""
+        high: int | None = self._consumer.highwater(tp)
+        if self._committed:
+            stable: int | None = self._consumer.last_stable_offset(tp)
+            high = stable if stable is not None and stable >= 0 else high
+        return high
+
     async def caught_up(self) -> bool:
         for tp in self._tps:
-            high = self._consumer.highwater(tp)
-            if self._committed:
-                stable = self._consumer.last_stable_offset(tp)
-                high = stable if stable is not None and stable >= 0 else high
+            high = self._end(tp)
             if high is None or await self._consumer.position(tp) < high:
                 return False
         return True
@@ -85,17 +91,34 @@ class TopicReader:
         return out
 
     async def read_to_end(self, timeout: float = 60.0) -> list[Record]:
-        """Everything up to the end as of now (records arriving meanwhile may be included)."""
+        """Everything up to the end as it was when the read began (records arriving
+        meanwhile may be included).
+
+        Each partition's end is fixed by the first fetch that answers for it. Waiting
+        instead until a fetch brings nothing new never finishes on a topic that is being
+        written all the time -- the progress topic while the partitions that stay keep
+        copying, the offset syncs of a busy flow -- and a partition start would hang
+        until the timeout."""
         deadline = time.monotonic() + timeout
         out: list[Record] = []
+        ends: dict[TopicPartition, int] = {}
         while True:
             batches = await self._consumer.getmany(timeout_ms=200)
             for records in batches.values():
                 out.extend(records)
-            if not batches and await self.caught_up():
+            for tp in self._tps:
+                if tp not in ends and (end := self._end(tp)) is not None:
+                    ends[tp] = end
+            if len(ends) == len(self._tps) and await self._reached(ends):
                 return out
             if time.monotonic() > deadline:
                 raise TimeoutError(f"reading {self.topic!r} to its end took over {timeout:.0f}s")
+
+    async def _reached(self, ends: Mapping[TopicPartition, int]) -> bool:
+        for tp, end in ends.items():
+            if await self._consumer.position(tp) < end:
+                return False
+        return True
 
     async def poll(self, timeout_ms: int = 1000) -> list[Record]:
         batches = await self._consumer.getmany(timeout_ms=timeout_ms)

@@ -1,33 +1,21 @@
 """The shape of a consumed record, as the services use it.
 
 aiokafka ships without type information; this Protocol names the attributes Mirrorline
-relies on so that the data path is type-checked all the same.
+relies on so that the data path is type-checked all the same. Offset, timestamp, key,
+value and headers are the pure core's `Comparable` (what a tail match compares); a
+consumed record adds where it came from.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Protocol
 
+from mirrorline.core.tail_match import Comparable
 
-class Record(Protocol):
+
+class Record(Comparable, Protocol):
     @property
     def topic(self) -> str: ...
 
     @property
     def partition(self) -> int: ...
-
-    @property
-    def offset(self) -> int: ...
-
-    @property
-    def timestamp(self) -> int: ...
-
-    @property
-    def key(self) -> bytes | None: ...
-
-    @property
-    def value(self) -> bytes | None: ...
-
-    @property
-    def headers(self) -> Sequence[tuple[str, bytes]]: ...

@@ -7,56 +7,49 @@ the flow records progress, plans offset syncs (MM2's rule) and updates metrics.
 
 In standalone mode the flow discovers its topics itself every
 `refresh.topics.interval.seconds`; under a controller it is told which partitions to own.
+
+This module is the flow's lifecycle and what it owns; opening its clients and bookkeeping
+is `flow_open`, the records' way from fetch to acknowledgement is `traffic`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 import functools
 import logging
-import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.errors import KafkaError, OffsetOutOfRangeError
+from aiokafka import AIOKafkaProducer, TopicPartition
 from opentelemetry.trace import Tracer
 
 from mirrorline.core.backoff import Backoff
 from mirrorline.core.errors import ConfigError
-from mirrorline.core.exactly_once import transactional_id
-from mirrorline.core.offset_syncs import OffsetSyncPlanner
 from mirrorline.core.policy import make_policy
 from mirrorline.core.settings import FlowSettings
 from mirrorline.core.tail_match import Verdict
-from mirrorline.kafka.acked import FlowBookkeeping
-from mirrorline.kafka.admin import ClusterAdmin
 from mirrorline.kafka.causes import explain
 from mirrorline.kafka.discovery import DiscoveryResult, RemoteTopic, TopicDiscovery
 from mirrorline.kafka.flowclients import FlowClients
-from mirrorline.kafka.progress import ProgressStore
 from mirrorline.kafka.starts import Start, StartPlanner
 from mirrorline.replicator.checker import TargetChecker
 from mirrorline.replicator.delivery import DeliveryLoop
 from mirrorline.replicator.exactly_once import check_exactly_once
+from mirrorline.replicator.flow_open import bootstrap_servers, open_flow
 from mirrorline.replicator.flow_status import partition_views
-from mirrorline.replicator.pump import Delivered, PartitionPump, PumpState
+from mirrorline.replicator.pump import PartitionPump, PumpState
 from mirrorline.replicator.sending import abort_sends, reopen_producer, replace_transactional
-from mirrorline.replicator.source_faults import out_of_range, truncated
+from mirrorline.replicator.traffic import FlowTraffic
 from mirrorline.replicator.transactional import (
     RoundBooks,
     TransactionalDelivery,
     committed_progress,
 )
-from mirrorline.telemetry.links import link_records
 from mirrorline.telemetry.replication import PartitionMetrics, ReplicationMetrics
 from mirrorline.v1 import flows_pb2
 
 log = logging.getLogger(__name__)
 
-#: Fetch for a partition pauses while this many fetched chunks wait in its pump.
-MAX_BACKLOG_CHUNKS = 4
 #: A partition let go with a batch in flight says why it waits, this often.
 RELEASE_WAIT_S = 10.0
 
@@ -86,24 +79,17 @@ class FlowReplicator:
         self._backoff = Backoff(maximum=10.0)
         self._pumps: dict[TopicPartition, PartitionPump] = {}
         self._pump_metrics: dict[TopicPartition, PartitionMetrics] = {}
-        self._throttled: set[TopicPartition] = set()
+        self._traffic = FlowTraffic(flow.name, self._pumps, self._pump_metrics,
+                                    metrics=metrics, tracer=tracer, backoff=self._backoff)
         self._saved: dict[tuple[str, int], int] = {}
-        self._assignment_changed = asyncio.Event()
-        self._fetch_attempt = 0
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
         self._lock = asyncio.Lock()
         self.paused = False
         self.ready = asyncio.Event()
         # Clients, created in start().
-        self._consumer: AIOKafkaConsumer | None = None
         self._producer: AIOKafkaProducer | None = None
         self._clients: FlowClients | None = None
-        self.source_admin: ClusterAdmin | None = None
-        self.target_admin: ClusterAdmin | None = None
-        self._books: FlowBookkeeping | None = None
-        self._progress: ProgressStore | None = None
-        self._planner: OffsetSyncPlanner | None = None
         self._discovery: TopicDiscovery | None = None
         self._planner_of_starts: StartPlanner | None = None
         self._delivery: DeliveryLoop | None = None
@@ -132,83 +118,56 @@ class FlowReplicator:
                 await self._close_clients()
                 delay = self._backoff.delay(attempt)
                 attempt += 1
-                servers = [*self.flow.clients.source_admin.get("bootstrap.servers", "").split(","),
-                           *self.flow.clients.target_admin.get("bootstrap.servers", "").split(",")]
-                self.error = f"cannot start flow {self.name}: {explain(exc, servers)}"
+                self.error = (f"cannot start flow {self.name}: "
+                              f"{explain(exc, bootstrap_servers(self.flow))}")
                 log.warning("%s (retrying in %.1fs)", self.error, delay)
                 await asyncio.sleep(delay)
         if self._stopping:
             return
         self.state, self.error = FlowState.RUNNING, None
         self.ready.set()
-        assert self._books is not None
-        self._books.start()
+        assert self._traffic.books is not None
+        self._traffic.books.start()
         assert self._producer is not None
         assert self._clients is not None
+        traffic = self._traffic
         checker = TargetChecker(self._pumps, self._clients.target_consumer_kwargs,
-                                on_ack=self._on_ack, on_checked=self._wake_delivery)
+                                on_ack=traffic.on_ack, on_checked=self._wake_delivery)
         if self._txn_books is not None:
             self._delivery = TransactionalDelivery(
-                self._producer, self._pumps, fetch=self._fetch, on_ack=self._on_ack,
+                self._producer, self._pumps, fetch=traffic.fetch, on_ack=traffic.on_ack,
                 books=self._txn_books, recover=self._recover_transactional,
                 committed=self._committed, on_fenced=self._fenced,
                 poll_timeout_ms=self.flow.consumer_poll_timeout_ms)
         else:
-            self._delivery = DeliveryLoop(self._producer, self._pumps, fetch=self._fetch,
-                                          on_ack=self._on_ack,
+            self._delivery = DeliveryLoop(self._producer, self._pumps, fetch=traffic.fetch,
+                                          on_ack=traffic.on_ack,
                                           on_failed=lambda _pump: checker.wake.set(),
                                           poll_timeout_ms=self.flow.consumer_poll_timeout_ms)
         self._tasks.append(asyncio.create_task(self._delivery.run(), name=f"{self.name} copy"))
         self._tasks.append(asyncio.create_task(checker.run(), name=f"{self.name} check"))
-        self._tasks.append(asyncio.create_task(self._watch_loop(), name=f"{self.name} watch"))
+        self._tasks.append(asyncio.create_task(traffic.watch(
+            self.flow.offset_flush_interval_ms / 1000.0, lambda: self._stopping),
+            name=f"{self.name} watch"))
         if self._discover:
             self._tasks.append(asyncio.create_task(self._discovery_loop(),
                                                    name=f"{self.name} discovery"))
         log.info("%s: replicating (worker %s)", self.name, self.worker_id)
 
     async def _connect(self, transactional: bool = False) -> None:
-        flow = self.flow
-        # Standalone, a flow has one owner whatever the worker id: any new replicator of
-        # the flow fences the previous one. Under a controller, the worker owns its set.
-        owner = "standalone" if self._discover else self.worker_id
-        txn_id = (transactional_id(flow.properties.get("mirrorline.deployment"), flow.name,
-                                   owner) if transactional else None)
-        clients = self._clients = await FlowClients.open(flow, self.worker_id,
-                                                         transactional_id=txn_id)
-        self._consumer, self._producer = clients.consumer, clients.producer
-        self.source_admin, self.target_admin = clients.source_admin, clients.target_admin
-        books = self._books = await FlowBookkeeping.open(flow, self.policy, clients)
-        self._progress, self._planner = books.progress, books.planner
-        self._saved = await self._progress.load()
-        map_topic = books.map_writer.topic
-        syncs = None
-        if flow.emit_offset_syncs_enabled:
-            at_source = flow.offset_syncs_topic_location == "source"
-            syncs = (self.policy.offset_syncs_topic(flow.target if at_source else flow.source),
-                     clients.source_consumer_kwargs if at_source
-                     else clients.target_consumer_kwargs)
-        self._planner_of_starts = StartPlanner(
-            self.name, consumer=clients.consumer, source_consumer=clients.source_consumer_kwargs,
-            target_consumer=clients.target_consumer_kwargs, map_topic=map_topic,
-            reset=flow.clients.source_consumer.get("auto.offset.reset", "earliest"),
-            # In exactly-once mode committed progress is exact: there is no tail to match.
-            syncs=syncs, match_tail=txn_id is None and flow.properties.get(
-                "mirrorline.resume.tail.match", "true").strip().lower() != "false")
-        if txn_id is not None:
-            books.committed_with_records = True
-            self._txn_books = RoundBooks(flow.source, map_topic)
-            if books.sync_sender is not None and flow.offset_syncs_topic_location == "target":
-                # Offset syncs on the target join each round's transaction.
-                self._txn_books.planner, self._txn_books.syncs_topic = (
-                    books.planner, books.sync_sender.topic)
-                books.sync_sender = None
-        self._discovery = TopicDiscovery(flow, self.policy, source=clients.source_admin,
-                                         target=clients.target_admin)
+        opened = await open_flow(self.flow, self.policy, self.worker_id,
+                                 standalone=self._discover, transactional=transactional)
+        clients = self._clients = opened.clients
+        self._traffic.consumer, self._producer = clients.consumer, clients.producer
+        self._traffic.books, self._saved = opened.books, opened.saved
+        self._traffic.progress = opened.books.progress
+        self._planner_of_starts, self._discovery = opened.starts, opened.discovery
+        self._txn_books = opened.txn_books
 
     async def stop(self) -> None:
         """Finish batches in flight, persist progress and offset syncs, close clients."""
         self._stopping = True
-        self._assignment_changed.set()
+        self._traffic.assignment_changed.set()
         for pump in self._pumps.values():
             pump.stop()
         if self._delivery is not None and not await self._delivery.drain(timeout=10.0):
@@ -216,8 +175,8 @@ class FlowReplicator:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self._books is not None:
-            await self._books.stop()
+        if self._traffic.books is not None:
+            await self._traffic.books.stop()
         await self._close_clients()
         self.state = FlowState.STOPPED
 
@@ -261,8 +220,7 @@ class FlowReplicator:
         if self._clients is not None:
             await self._clients.close()
         self._clients = None
-        self._consumer = self._producer = None
-        self.source_admin = self.target_admin = None
+        self._traffic.consumer = self._producer = None
 
     # -- which partitions ---------------------------------------------------------------
     async def _discovery_loop(self) -> None:
@@ -301,34 +259,36 @@ class FlowReplicator:
         stopped after their last batch settled, with their progress durable on return."""
         async with self._lock:
             if not self._discover and any(tp not in self._pumps for tp in wanted):
-                assert self._progress is not None
-                self._saved = await self._progress.load()
+                assert self._traffic.progress is not None
+                self._saved = await self._traffic.progress.load()
             await self._reassign(wanted)
-            if self._progress is not None:
-                await self._progress.flush()
+            if self._traffic.progress is not None:
+                await self._traffic.progress.flush()
 
     def pause(self) -> None:
         self.paused = True
+        consumer = self._traffic.consumer
         for pump in self._pumps.values():
             pump.pause()
-        if self._consumer is not None and self._pumps:
-            self._consumer.pause(*self._pumps)
+        if consumer is not None and self._pumps:
+            consumer.pause(*self._pumps)
         if self.state is FlowState.RUNNING:
             self.state = FlowState.PAUSED
 
     def resume(self) -> None:
         self.paused = False
+        consumer = self._traffic.consumer
         for tp, pump in self._pumps.items():
             pump.resume()
-            if self._consumer is not None:
-                self._consumer.seek(tp, pump.fetch_position)
-        if self._consumer is not None and self._pumps:
-            self._consumer.resume(*(tp for tp in self._pumps if tp not in self._throttled))
+            if consumer is not None:
+                consumer.seek(tp, pump.fetch_position)
+        if consumer is not None and self._pumps:
+            consumer.resume(*(tp for tp in self._pumps if tp not in self._traffic.throttled))
         if self.state is FlowState.PAUSED:
             self.state = FlowState.RUNNING
 
     async def _reassign(self, wanted: Mapping[TopicPartition, str]) -> None:
-        consumer = self._consumer
+        consumer = self._traffic.consumer
         assert consumer is not None
         removed = [tp for tp in self._pumps if tp not in wanted]
         added = [tp for tp in wanted if tp not in self._pumps]
@@ -348,13 +308,13 @@ class FlowReplicator:
             consumer.seek(tp, pump.fetch_position)
             if pump.state is not PumpState.RUNNING:
                 consumer.pause(tp)
-        for tp in self._throttled:
+        for tp in self._traffic.throttled:
             if tp in self._pumps:
                 consumer.pause(tp)
         if added:
             log.info("%s: now replicating %d partitions (+%d, -%d)", self.name,
                      len(self._pumps), len(added), len(removed))
-        self._assignment_changed.set()
+        self._traffic.assignment_changed.set()
 
     def _add_pump(self, tp: TopicPartition, remote: str, start: Start) -> None:
         pump = PartitionPump(flow=self.name, source_topic=tp.topic, target_topic=remote,
@@ -368,7 +328,7 @@ class FlowReplicator:
             pump.notice = start.point.message
         metrics = self._metrics.partition(self.flow.source, self.flow.target, remote,
                                           tp.partition)
-        metrics.lag = functools.partial(self._lag, tp, pump)
+        metrics.lag = functools.partial(self._traffic.lag, tp, pump)
         self._pumps[tp] = pump
         self._pump_metrics[tp] = metrics
 
@@ -385,109 +345,17 @@ class FlowReplicator:
         del self._pumps[tp]
         self._saved[(tp.topic, tp.partition)] = pump.next_offset
         self._pump_metrics.pop(tp, None)
-        self._throttled.discard(tp)
-        if self._books is not None:
-            self._books.released(tp.topic, tp.partition, pump.next_offset)
+        self._traffic.throttled.discard(tp)
+        if self._traffic.books is not None:
+            self._traffic.books.released(tp.topic, tp.partition, pump.next_offset)
         self._metrics.forget(self.flow.source, self.flow.target, pump.target_topic, tp.partition)
         log.info("%s: stopped replicating %s-%d at offset %d", self.name, tp.topic, tp.partition,
                  pump.next_offset)
 
-    # -- the data path ----------------------------------------------------------------
-    async def _fetch(self, timeout_ms: int) -> None:
-        """Hand newly fetched records to their pumps (waiting up to `timeout_ms` for some)."""
-        consumer = self._consumer
-        assert consumer is not None
-        if not self._pumps:
-            self._assignment_changed.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._assignment_changed.wait(), timeout_ms / 1000.0)
-            return
-        started = time.time_ns()
-        try:
-            batches = await consumer.getmany(timeout_ms=timeout_ms)
-            self._fetch_attempt = 0
-        except OffsetOutOfRangeError as exc:
-            await self._out_of_range(exc.args[0] if exc.args else {})
-            return
-        except KafkaError as exc:
-            delay = self._backoff.delay(self._fetch_attempt)
-            self._fetch_attempt += 1
-            log.warning("%s: fetch failed (%r); retrying in %.1fs", self.name, exc, delay)
-            await asyncio.sleep(delay)
-            return
-        if not batches:
-            return
-        count = 0
-        for tp, records in batches.items():
-            pump = self._pumps.get(tp)
-            if pump is None:
-                continue
-            count += len(records)
-            self._metrics.fetched(self._pump_metrics[tp], records)
-            pump.offer(records)
-            if pump.backlog_chunks >= MAX_BACKLOG_CHUNKS and tp not in self._throttled:
-                consumer.pause(tp)
-                self._throttled.add(tp)
-        span = self._tracer.start_span("fetch", start_time=started, attributes={
-            "mirrorline.flow": self.name, "messaging.batch.message_count": count,
-            "mirrorline.partitions": len(batches)})
-        span.end()
-
-    def _on_ack(self, pump: PartitionPump, delivered: Delivered) -> None:
-        records, base = delivered.records, delivered.base_offset
-        tp = TopicPartition(pump.source_topic, pump.partition)
-        if self._books is not None:
-            first, last = records[0].offset, records[-1].offset
-            upstream: Sequence[int] = (range(first, last + 1)
-                                       if last - first + 1 == len(records)
-                                       else [r.offset for r in records])
-            # Caught up: publish the exact position now so a group at the end of the
-            # topic translates exactly, instead of waiting for the periodic flush.
-            self._books.acknowledged(pump.source_topic, pump.partition, upstream, base,
-                                     caught_up=pump.idle and self._lag(tp, pump) == 0)
-        metrics = self._pump_metrics.get(tp)
-        if metrics is not None:
-            self._metrics.acknowledged(metrics, records)
-        if tp in self._throttled and pump.backlog_chunks < MAX_BACKLOG_CHUNKS:
-            self._throttled.discard(tp)
-            if self._consumer is not None and tp in self._pumps:
-                self._consumer.resume(tp)
-        span = self._tracer.start_span("produce", start_time=delivered.sent_ns, attributes={
-            "mirrorline.flow": self.name, "messaging.destination.name": pump.target_topic,
-            "messaging.destination.partition.id": str(pump.partition),
-            "messaging.batch.message_count": len(records),
-            "mirrorline.source.offset": records[0].offset, "mirrorline.target.offset": base})
-        link_records(span, records)
-        span.end()
-
-    def _lag(self, tp: TopicPartition, pump: PartitionPump) -> int | None:
-        high = self._consumer.highwater(tp) if self._consumer is not None else None
-        return None if high is None else max(0, high - pump.next_offset)
-
-    async def _out_of_range(self, offsets: Mapping[TopicPartition, int]) -> None:
-        assert self._consumer is not None
-        await out_of_range(self._consumer, self._pumps, offsets, self._progress)
-
-    async def _watch_loop(self) -> None:
-        """Once a second: catch silent source truncation and flush delayed offset syncs."""
-        interval = self.flow.offset_flush_interval_ms / 1000.0
-        last_flush = time.monotonic()
-        while not self._stopping:
-            await asyncio.sleep(1.0)
-            if self._consumer is not None:
-                for tp, pump in list(self._pumps.items()):
-                    high = self._consumer.highwater(tp)
-                    if (pump.state is PumpState.RUNNING and high is not None
-                            and high < pump.fetch_position):
-                        truncated(self._consumer, tp, pump, high)
-            if self._books is not None and time.monotonic() - last_flush >= interval:
-                last_flush = time.monotonic()
-                self._books.flush_syncs()
-
     # -- status -----------------------------------------------------------------------
     def partitions(self) -> list[flows_pb2.PartitionStatus]:
         """Every owned partition as GetStatus and the worker heartbeats report it."""
-        return partition_views(self.name, self.worker_id, self._pumps, self._consumer,
+        return partition_views(self.name, self.worker_id, self._pumps, self._traffic.consumer,
                                self._pump_metrics)
 
     @property

@@ -164,7 +164,8 @@ class ReplicatorService:
     def serving(self) -> bool:
         if self._worker and self.agent is None:
             return False  # the control log has not been read yet
-        if self.agent is not None and (self.agent.fenced or self.agent.heartbeat_error):
+        if self.agent is not None and (self.agent.lease.fenced
+                                       or self.agent.lease.heartbeat_error):
             return False
         return (all(p.reachable for p in self.probes.values())
                 and all(f.healthy for f in self.flows))

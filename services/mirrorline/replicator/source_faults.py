@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from mirrorline.kafka.progress import ProgressStore
-from mirrorline.replicator.pump import PartitionPump
+from mirrorline.replicator.pump import PartitionPump, PumpState
 
 
 async def out_of_range(consumer: AIOKafkaConsumer, pumps: Mapping[TopicPartition, PartitionPump],
@@ -46,3 +46,16 @@ def truncated(consumer: AIOKafkaConsumer | None, tp: TopicPartition, pump: Parti
               "records beyond its end would be skipped silently")
     if consumer is not None:
         consumer.pause(tp)
+
+
+def check_truncation(consumer: AIOKafkaConsumer,
+                     pumps: Mapping[TopicPartition, PartitionPump]) -> None:
+    """Stop every running partition whose source log end fell below its fetch position.
+
+    A consumer only notices that when it fetches at an offset past the end, which may
+    never happen while the producer is quiet: so the flow calls this every second.
+    """
+    for tp, pump in list(pumps.items()):
+        high = consumer.highwater(tp)
+        if pump.state is PumpState.RUNNING and high is not None and high < pump.fetch_position:
+            truncated(consumer, tp, pump, high)

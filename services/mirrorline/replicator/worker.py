@@ -2,15 +2,15 @@
 
 The worker replays the control log like every service, and from then on does what the
 log says for its own id: copy the partitions assigned to it, pause and resume flows,
-let go of partitions revoked from it. It heartbeats to the leader about once a second
-with the control-log offset it has acted on and the partitions it runs; a revoked
+let go of partitions revoked from it. It heartbeats to the leader several times per
+lease with the control-log offset it has acted on and the partitions it runs; a revoked
 partition counts as released once a heartbeat at or after the revoke no longer lists it,
 and by then its progress is durable.
 
-Self-fencing: when no heartbeat has succeeded for three quarters of the lease the
-controller granted, the worker stops every partition by itself. The controller waits for
-the full lease before handing them to another worker, so two workers never copy the same
-partition at once, even across a network partition.
+Self-fencing (`mirrorline.controlplane.leaseholder`): when no heartbeat has succeeded for
+three quarters of the lease the controller granted, the worker stops every partition by
+itself. The controller waits for the full lease before handing them to another worker,
+so two workers never copy the same partition at once, even across a network partition.
 """
 
 from __future__ import annotations
@@ -22,24 +22,22 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-import grpc
 from aiokafka import TopicPartition
 from opentelemetry.trace import Tracer
 
-from mirrorline import grpcsecure
+from mirrorline.controlplane.leaseholder import LeaseHolder
 from mirrorline.controlplane.log import ControlLog
 from mirrorline.core.errors import ConfigError
 from mirrorline.core.flowdefs import Definition, flow_settings
 from mirrorline.core.settings import MirrorSettings
 from mirrorline.replicator.flow import FlowReplicator
 from mirrorline.telemetry.replication import ReplicationMetrics
-from mirrorline.v1 import coordinator_pb2, coordinator_pb2_grpc, flows_pb2
+from mirrorline.v1 import coordinator_pb2, flows_pb2
 
 log = logging.getLogger(__name__)
 
-HEARTBEAT_S = 1.0
-#: Stop everything after this share of the lease without a successful heartbeat.
-FENCE_AT = 0.75
+#: Wait before trying again to apply a wish that failed.
+RETRY_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -87,7 +85,17 @@ class FlowDriver:
             await self._changed.wait()
             self._changed.clear()
             desired = self.desired
-            await self.flow.set_partitions(desired.partitions)
+            try:
+                await self.flow.set_partitions(desired.partitions)
+            except Exception as exc:
+                # Reading where to start can fail (the target briefly unreachable, a read
+                # timing out): say so and try again, rather than leave this driver dead
+                # and the partitions granted to this worker copied by nobody.
+                log.warning("%s: taking on %d partitions failed (%r); retrying in %.0fs",
+                            self.flow.name, len(desired.partitions), exc, RETRY_S)
+                await asyncio.sleep(RETRY_S)
+                self._changed.set()
+                continue
             if desired.paused and not self.flow.paused:
                 self.flow.pause()
             elif not desired.paused and self.flow.paused:
@@ -118,18 +126,16 @@ class WorkerAgent:
         self._tracer = tracer
         self.drivers: dict[str, FlowDriver] = {}
         self.broken: dict[str, str] = {}
-        self.fenced = False
         self.acted_offset = -1
-        self.lease_s = 6.0
-        self._last_heartbeat_ok: float | None = None
         self._changed = asyncio.Event()
         self._settled = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._closing: set[asyncio.Future[None]] = set()
-        self._channel: grpc.aio.Channel | None = None
-        self._channel_address: str | None = None
         self._started_ms = int(time.time() * 1000)
-        self.heartbeat_error: str | None = None
+        self.lease = LeaseHolder(f"worker {worker_id}",
+                                 leader_address=lambda: control.state.leader_address,
+                                 beat=self._beat, on_fence=self._fence,
+                                 on_unfence=self._changed.set)
 
     @property
     def flows(self) -> list[FlowReplicator]:
@@ -138,15 +144,15 @@ class WorkerAgent:
     async def start(self) -> None:
         self.control.listen(lambda *_: self._changed.set())
         self._tasks.append(asyncio.create_task(self._follow(), name="follow control log"))
-        self._tasks.append(asyncio.create_task(self._heartbeats(), name="heartbeats"))
+        self.lease.start()
 
     async def stop(self) -> None:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await asyncio.gather(*(d.stop() for d in self.drivers.values()), return_exceptions=True)
-        if self._channel is not None:
-            await self._channel.close()
+        await self.lease.stop()
+        await asyncio.gather(*self._closing, return_exceptions=True)
 
     # -- following the log --------------------------------------------------------------
     async def _follow(self) -> None:
@@ -167,7 +173,7 @@ class WorkerAgent:
     def _reconcile(self) -> None:
         state = self.control.state
         mine: dict[str, dict[TopicPartition, str]] = {}
-        if not self.fenced:
+        if not self.lease.fenced:
             for key, remote in state.owned_by(self.worker_id).items():
                 mine.setdefault(key.flow, {})[TopicPartition(key.topic, key.partition)] = remote
         self.broken.clear()
@@ -217,59 +223,16 @@ class WorkerAgent:
     def owned(self) -> list[flows_pb2.PartitionStatus]:
         return [p for d in self.drivers.values() for p in d.flow.partitions()]
 
-    async def _heartbeats(self) -> None:
-        while True:
-            await self._heartbeat_once()
-            await asyncio.sleep(HEARTBEAT_S)
+    def _beat(self) -> coordinator_pb2.WorkerHeartbeat:
+        return coordinator_pb2.WorkerHeartbeat(
+            worker_id=self.worker_id, address=self.address, applied_offset=self.acted_offset,
+            partitions=self.owned(), started_at_ms=self._started_ms)
 
-    async def _heartbeat_once(self) -> None:
-        address = self.control.state.leader_address
-        now = time.monotonic()
-        if not address:
-            self.heartbeat_error = "no controller leads yet"
-            return
-        try:
-            stub = coordinator_pb2_grpc.CoordinatorStub(self._channel_to(address))
-            reply = await stub.Heartbeat(coordinator_pb2.WorkerHeartbeat(
-                worker_id=self.worker_id, address=self.address,
-                applied_offset=self.acted_offset, partitions=self.owned(),
-                started_at_ms=self._started_ms), timeout=max(1.0, self.lease_s / 4))
-        except grpc.aio.AioRpcError as exc:
-            self.heartbeat_error = f"heartbeat to {address} failed: {exc.code().name} " \
-                                   f"{exc.details()}"
-            self._maybe_fence(now)
-            return
-        self.lease_s = reply.lease_ms / 1000.0
-        self._last_heartbeat_ok = now
-        self.heartbeat_error = None
-        if self.fenced:
-            log.warning("worker %s: heartbeats succeed again; following the control log",
-                        self.worker_id)
-            self.fenced = False
-            self._changed.set()
-
-    def _maybe_fence(self, now: float) -> None:
-        if self.fenced or self._last_heartbeat_ok is None:
-            return
-        if now - self._last_heartbeat_ok > FENCE_AT * self.lease_s:
-            log.error("worker %s: no heartbeat for %.1fs (lease %.1fs); stopping every "
-                      "partition until the controller answers again", self.worker_id,
-                      now - self._last_heartbeat_ok, self.lease_s)
-            self.fenced = True
-            self._changed.set()
-            # The controller hands these partitions to another worker when the lease runs
-            # out: nothing sent before must be able to land after that.
-            for driver in self.drivers.values():
-                aborting = asyncio.ensure_future(driver.flow.abort_sends("fenced"))
-                self._closing.add(aborting)
-                aborting.add_done_callback(self._closing.discard)
-
-    def _channel_to(self, address: str) -> grpc.aio.Channel:
-        if self._channel is None or self._channel_address != address:
-            if self._channel is not None:
-                closing = asyncio.ensure_future(self._channel.close())
-                self._closing.add(closing)
-                closing.add_done_callback(self._closing.discard)
-            self._channel = grpcsecure.channel(address)
-            self._channel_address = address
-        return self._channel
+    def _fence(self) -> None:
+        self._changed.set()
+        # The controller hands these partitions to another worker when the lease runs
+        # out: nothing sent before must be able to land after that.
+        for driver in self.drivers.values():
+            aborting = asyncio.ensure_future(driver.flow.abort_sends("fenced"))
+            self._closing.add(aborting)
+            aborting.add_done_callback(self._closing.discard)

@@ -3,8 +3,9 @@
 Each service calls `setup_telemetry` once at start. Metrics are always available on a
 Prometheus scrape endpoint of the service's own (an asyncio HTTP listener, no thread);
 traces and metrics are also exported over OTLP when `OTEL_EXPORTER_OTLP_ENDPOINT` is set
-(the OTel SDK's exporters run their own background threads; that is the only place
-Mirrorline uses threads, and only when OTLP export is configured).
+(the OTel SDK's exporters run their own background threads, and the final flush at stop
+runs on a daemon thread of its own; that is the only place Mirrorline uses threads, and
+only when OTLP export is configured).
 
 Nothing here touches OTel's process-global providers: services receive their meter and
 tracer explicitly, so several services can share a process in tests without clobbering
@@ -13,8 +14,11 @@ each other's registries.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
+import threading
 from dataclasses import dataclass, field
 
 from opentelemetry import metrics, trace
@@ -32,6 +36,8 @@ from mirrorline.telemetry.prometheus import PrometheusEndpoint
 log = logging.getLogger(__name__)
 
 OTLP_ENV = "OTEL_EXPORTER_OTLP_ENDPOINT"
+#: How long a stopping service waits for its telemetry to reach the OTLP collector.
+FLUSH_TIMEOUT_S = 2.0
 
 
 @dataclass
@@ -56,10 +62,39 @@ class Telemetry:
             await self.endpoint.start()
         self._started = True
 
-    async def stop(self) -> None:
+    async def stop(self, flush_timeout: float = FLUSH_TIMEOUT_S) -> None:
         if self.endpoint is not None:
             await self.endpoint.stop()
-        # Flushes OTLP exporters (if any); cheap when there are none.
+        if self.otlp_endpoint is None:  # nothing to flush: cheap, and no thread needed
+            self._shutdown_providers()
+            return
+        # Shutting down flushes the OTLP exporters, which blocks until the collector
+        # answers or the exporter's own timeout passes: off the event loop, and bounded,
+        # so an unreachable collector cannot hold a service's stop.
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+
+        def finish() -> None:
+            if not done.done():
+                done.set_result(None)
+
+        def shutdown() -> None:
+            try:
+                self._shutdown_providers()
+            finally:
+                with contextlib.suppress(RuntimeError):  # the loop may be gone by then
+                    loop.call_soon_threadsafe(finish)
+
+        threading.Thread(target=shutdown, name=f"{self.service} telemetry flush",
+                         daemon=True).start()
+        try:
+            await asyncio.wait_for(asyncio.shield(done), flush_timeout)
+        except TimeoutError:
+            log.warning("telemetry not flushed to %s within %.0fs; the newest spans and "
+                        "metrics of %s are dropped", self.otlp_endpoint, flush_timeout,
+                        self.service)
+
+    def _shutdown_providers(self) -> None:
         self._tracer_provider.shutdown()
         self._meter_provider.shutdown()
 

@@ -50,9 +50,10 @@ class CoordinatorServicer:
     """Missing associated documentation comment in .proto file."""
 
     def Heartbeat(self, request, context):
-        """Called about once a second by every worker; keeps its lease alive and reports what it
-        owns and how it is doing. A worker that cannot heartbeat for longer than its lease
-        stops all its partitions by itself (the controller then reassigns them).
+        """Called by every worker once a second or four times per lease, whichever is more often;
+        keeps its lease alive and reports what it owns and how it is doing. A worker whose
+        heartbeats have not succeeded for three quarters of its lease stops all its partitions
+        by itself, before the controller can reassign them.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

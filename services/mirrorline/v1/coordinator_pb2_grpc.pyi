@@ -32,9 +32,10 @@ class CoordinatorStub:
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> CoordinatorAsyncStub: ...
     Heartbeat: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.WorkerHeartbeat, _coordinator_pb2.HeartbeatReply]
-    """Called about once a second by every worker; keeps its lease alive and reports what it
-    owns and how it is doing. A worker that cannot heartbeat for longer than its lease
-    stops all its partitions by itself (the controller then reassigns them).
+    """Called by every worker once a second or four times per lease, whichever is more often;
+    keeps its lease alive and reports what it owns and how it is doing. A worker whose
+    heartbeats have not succeeded for three quarters of its lease stops all its partitions
+    by itself, before the controller can reassign them.
     """
     Announce: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.ServiceAnnouncement, _coordinator_pb2.AnnounceReply]
     """Other services (the checkpointer) say where they serve, so the Admin API can reach them."""
@@ -43,9 +44,10 @@ class CoordinatorStub:
 class CoordinatorAsyncStub(CoordinatorStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     Heartbeat: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.WorkerHeartbeat, _coordinator_pb2.HeartbeatReply]  # type: ignore[assignment]
-    """Called about once a second by every worker; keeps its lease alive and reports what it
-    owns and how it is doing. A worker that cannot heartbeat for longer than its lease
-    stops all its partitions by itself (the controller then reassigns them).
+    """Called by every worker once a second or four times per lease, whichever is more often;
+    keeps its lease alive and reports what it owns and how it is doing. A worker whose
+    heartbeats have not succeeded for three quarters of its lease stops all its partitions
+    by itself, before the controller can reassign them.
     """
     Announce: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.ServiceAnnouncement, _coordinator_pb2.AnnounceReply]  # type: ignore[assignment]
     """Other services (the checkpointer) say where they serve, so the Admin API can reach them."""
@@ -57,9 +59,10 @@ class CoordinatorServicer(metaclass=_abc_1.ABCMeta):
         request: _coordinator_pb2.WorkerHeartbeat,
         context: _ServicerContext,
     ) -> _typing.Union[_coordinator_pb2.HeartbeatReply, _abc.Awaitable[_coordinator_pb2.HeartbeatReply]]:
-        """Called about once a second by every worker; keeps its lease alive and reports what it
-        owns and how it is doing. A worker that cannot heartbeat for longer than its lease
-        stops all its partitions by itself (the controller then reassigns them).
+        """Called by every worker once a second or four times per lease, whichever is more often;
+        keeps its lease alive and reports what it owns and how it is doing. A worker whose
+        heartbeats have not succeeded for three quarters of its lease stops all its partitions
+        by itself, before the controller can reassign them.
         """
 
     @_abc_1.abstractmethod

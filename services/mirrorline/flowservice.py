@@ -1,0 +1,234 @@
+"""The skeleton of a service that runs one runner per flow: the checkpointer, config sync.
+
+Such a service takes its flows from the properties file, or with `--managed` (as `mirrorline
+run` starts it) from the control log, followed live; it serves gRPC through `ServiceServer`
+with health NOT_SERVING until it can do its work, exports metrics through the telemetry
+module and, when managed, announces its address to the leading controller so that the
+Admin API can forward to it. Every one of those services must also come up while its home
+cluster does not answer and stop within seconds of SIGTERM in every state. That is the
+same code for each, so it lives here once; a service says only what is its own: its
+runner, its gRPC servicer, its metrics and when it is healthy.
+
+A service package never imports another's, which is why this is not in either of them.
+Signals and the bounded stop after SIGTERM are `mirrorline.runtime`'s (`run_service`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
+
+import grpc
+from opentelemetry.metrics import Meter
+
+from mirrorline.controlplane.announce import announce_forever
+from mirrorline.controlplane.join import open_control_log
+from mirrorline.controlplane.log import ControlLog
+from mirrorline.core.errors import ConfigError
+from mirrorline.core.flowdefs import Definition, flow_settings
+from mirrorline.core.settings import FlowSettings, MirrorSettings
+from mirrorline.grpcserver import ServiceServer
+from mirrorline.runtime import stop_within
+from mirrorline.telemetry import Telemetry, setup_telemetry
+
+__all__ = ["FlowRunnerLike", "FlowService"]
+
+#: How often the control log is re-read for changed flows when no change was signalled.
+FOLLOW_S = 5.0
+#: How often health is re-evaluated.
+HEALTH_S = 1.0
+
+
+class FlowRunnerLike(Protocol):
+    """What the skeleton needs of a service's per-flow runner."""
+
+    flow: FlowSettings
+
+    def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+R = TypeVar("R", bound=FlowRunnerLike)
+
+
+class FlowService(Generic[R]):
+    """Start-up, flows (file or control log), announcement, health and stop.
+
+    A subclass sets `kind` and the texts below, and implements `new_runner`,
+    `add_servicers` and `serving`; `register_metrics`, `check_health` and `stop_more`
+    are optional.
+    """
+
+    #: The service's name: telemetry, logs, client ids and the announcement.
+    kind: ClassVar[str]
+    #: The configuration error when the file enables no flow for it.
+    nothing_to_do: ClassVar[str]
+    #: Completes "flow X cannot be ... here" when the control log names a flow it cannot run.
+    verb: ClassVar[str]
+    #: Managed: run only the control log's flows that target the `--clusters` aliases.
+    follow_targets_only: ClassVar[bool] = True
+
+    def __init__(self, settings: MirrorSettings, *, instance_id: str | None = None,
+                 targets: Sequence[str] | None = None, grpc_host: str = "127.0.0.1",
+                 grpc_port: int = 0, metrics_host: str = "127.0.0.1",
+                 metrics_port: int | None = 0, managed: bool = False,
+                 advertise: str | None = None) -> None:
+        self.settings = settings
+        self.instance_id = self.kind if instance_id is None else instance_id
+        #: Logs under the service's own module name, as each service logged before.
+        self._log = logging.getLogger(type(self).__module__)
+        self._targets = tuple(targets) if targets else None
+        self._grpc = ServiceServer(name=f"{self.kind} {self.instance_id}", host=grpc_host,
+                                   port=grpc_port)
+        self._metrics = (metrics_host, metrics_port)
+        self._managed = managed
+        self._advertise = advertise
+        self.runners: dict[str, R] = {}
+        #: The control log's definition each runner was made from (None: from the file).
+        self._definitions: dict[str, Definition | None] = {}
+        self._control: ControlLog | None = None
+        self.telemetry: Telemetry | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._changed = asyncio.Event()
+        #: Why the control log cannot be read (managed mode); None when it can.
+        self.error: str | None = None
+
+    # -- what a service says of itself ----------------------------------------------------
+    def new_runner(self, flow: FlowSettings) -> R:
+        raise NotImplementedError
+
+    def add_servicers(self, server: ServiceServer) -> None:
+        """Add the service's gRPC servicers to `server` (not started yet)."""
+        raise NotImplementedError
+
+    def serving(self) -> bool:
+        """Whether health says SERVING now; `joined` is the part every service shares."""
+        raise NotImplementedError
+
+    def register_metrics(self, meter: Meter) -> None:
+        """Create the service's instruments (before anything runs)."""
+
+    def check_health(self) -> None:
+        """Called before each health evaluation, e.g. to start probes for new flows."""
+
+    async def stop_more(self) -> None:
+        """Stop what the service started besides its runners (after the control log)."""
+
+    # -- lifecycle ------------------------------------------------------------------------
+    @property
+    def joined(self) -> bool:
+        """Standalone, or managed with the control log read."""
+        return not self._managed or self._control is not None
+
+    async def require_runner(self, flow: str, context: grpc.aio.ServicerContext[Any, Any]
+                             ) -> R:
+        """The runner an RPC about `flow` goes to; otherwise the call is aborted with
+        INVALID_ARGUMENT (no flow named) or NOT_FOUND (listing the flows run here)."""
+        if not flow:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                "flow: is required (e.g. 'primary->backup')")
+        runner = self.runners.get(flow)
+        if runner is None:
+            known = ", ".join(sorted(self.runners)) or "none"
+            await context.abort(grpc.StatusCode.NOT_FOUND,
+                                f"flow {flow} is not {self.verb} here (flows: {known})")
+        assert runner is not None
+        return runner
+
+    async def start(self) -> None:
+        if not self._managed and not self.settings.enabled_flows(self._targets):
+            raise ConfigError(None, self.nothing_to_do, source=self.settings.source_path)
+        self.telemetry = setup_telemetry(self.kind, instance=self.instance_id,
+                                         metrics_port=self._metrics[1],
+                                         metrics_host=self._metrics[0])
+        await self.telemetry.start()
+        self.register_metrics(self.telemetry.meter)
+        self.add_servicers(self._grpc)
+        port = await self._grpc.start()
+        address = self._advertise or f"127.0.0.1:{port}"
+        if self._managed:
+            self._tasks.append(asyncio.create_task(self._join(address),
+                                                   name="join the control plane"))
+        else:
+            for flow in self.settings.enabled_flows(self._targets):
+                self._add(flow.name, None, flow)
+        self._tasks.append(asyncio.create_task(self._health(), name="health"))
+        self._log.info("%s %s: gRPC %s (%s)", self.kind, self.instance_id, address,
+                 "flows from the control log" if self._managed else "flows from the file")
+
+    async def _join(self, address: str) -> None:
+        """Managed mode: read the control log (retrying while the home cluster does not
+        answer, one line per attempt), then follow it and announce this service."""
+        control = await open_control_log(self.settings, self._targets,
+                                         f"{self.kind}-{self.instance_id}",
+                                         report=self._home_error)
+        self._control = control
+        control.listen(lambda *_: self._changed.set())
+        self._tasks.append(asyncio.create_task(self._follow(), name="follow control log"))
+        self._tasks.append(asyncio.create_task(self._announce(address), name="announce"))
+
+    def _home_error(self, reason: str | None) -> None:
+        self.error = reason
+
+    async def stop(self) -> None:
+        """Bounded at every step: a stop never waits on a cluster that does not answer."""
+        await self._grpc.set_serving(False)
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await stop_within(asyncio.gather(*(r.stop() for r in self.runners.values()),
+                                         return_exceptions=True), 1.2, "stopping the flows")
+        if self._control is not None:
+            await stop_within(self._control.stop(), 0.3, "closing the control log reader")
+        await self.stop_more()
+        await self._grpc.stop(grace=0.3)
+        if self.telemetry is not None:
+            await self.telemetry.stop()
+
+    # -- flows ----------------------------------------------------------------------------
+    def _add(self, name: str, definition: Definition | None, flow: FlowSettings) -> None:
+        runner = self.new_runner(flow)
+        self.runners[name] = runner
+        self._definitions[name] = definition
+        runner.start()
+
+    async def _follow(self) -> None:
+        """Keep one runner per flow of the control log; a changed flow's runner is
+        replaced."""
+        assert self._control is not None
+        while True:
+            self._changed.clear()
+            only = self._targets if self.follow_targets_only else None
+            wanted = {n: Definition(r.source, r.target, r.properties)
+                      for n, r in self._control.state.flows.items()
+                      if not only or r.target in only}
+            for name in list(self.runners):
+                if wanted.get(name) != self._definitions.get(name):
+                    runner = self.runners.pop(name)
+                    self._definitions.pop(name, None)
+                    await runner.stop()
+            for name, definition in wanted.items():
+                if name in self.runners:
+                    continue
+                try:
+                    self._add(name, definition, flow_settings(self.settings, definition))
+                except ConfigError as exc:
+                    self._log.error("flow %s cannot be %s here: %s", name, self.verb, exc)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), FOLLOW_S)
+
+    async def _announce(self, address: str) -> None:
+        """Tell the leading controller where to forward the Admin RPCs this service
+        answers."""
+        assert self._control is not None
+        await announce_forever(self._control, self.kind, self.instance_id, address)
+
+    async def _health(self) -> None:
+        while True:
+            self.check_health()
+            await self._grpc.set_serving(self.serving())
+            await asyncio.sleep(HEALTH_S)
