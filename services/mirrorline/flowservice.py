@@ -1,4 +1,4 @@
-"""The skeleton of a service that runs one runner per flow: the checkpointer, config sync.
+"""The skeleton of a service that runs one runner per flow: checkpointer, config sync, heartbeat.
 
 Such a service takes its flows from the properties file, or with `--managed` (as `mirrorline
 run` starts it) from the control log, followed live; it serves gRPC through `ServiceServer`
@@ -71,6 +71,10 @@ class FlowService(Generic[R]):
     verb: ClassVar[str]
     #: Managed: run only the control log's flows that target the `--clusters` aliases.
     follow_targets_only: ClassVar[bool] = True
+    #: Standalone with no enabled flow: a configuration error (`nothing_to_do`). False for
+    #: a service that has work besides its flows (the heartbeat service's heartbeats and
+    #: topology).
+    flows_required: ClassVar[bool] = True
 
     def __init__(self, settings: MirrorSettings, *, instance_id: str | None = None,
                  targets: Sequence[str] | None = None, grpc_host: str = "127.0.0.1",
@@ -140,7 +144,8 @@ class FlowService(Generic[R]):
         return runner
 
     async def start(self) -> None:
-        if not self._managed and not self.settings.enabled_flows(self._targets):
+        if self.flows_required and not self._managed \
+                and not self.settings.enabled_flows(self._targets):
             raise ConfigError(None, self.nothing_to_do, source=self.settings.source_path)
         self.telemetry = setup_telemetry(self.kind, instance=self.instance_id,
                                          metrics_port=self._metrics[1],

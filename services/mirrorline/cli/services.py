@@ -192,7 +192,8 @@ def _checkpointer(args: argparse.Namespace) -> int:
 
 
 def _flow_service(args: argparse.Namespace, service: type[FlowService[Any]]) -> int:
-    """The checkpointer or config sync: the same options make the same service."""
+    """The checkpointer, heartbeat or config sync: the same options make the same
+    service."""
     configure_logging(service.kind, args.log_level)
     settings = load_settings(args.config, args.bind)
     if settings is None:
@@ -205,20 +206,12 @@ def _flow_service(args: argparse.Namespace, service: type[FlowService[Any]]) -> 
 
 
 def _heartbeat(args: argparse.Namespace) -> int:
-    configure_logging("heartbeat", args.log_level)
     for noisy in ("faust", "mode"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING,
                                               logging.getLevelName(args.log_level.upper())))
-    settings = load_settings(args.config, args.bind)
-    if settings is None:
-        return 2
     from mirrorline.heartbeat.service import HeartbeatService
 
-    return _serve(lambda: HeartbeatService(
-        settings, instance_id=args.instance_id, targets=args.clusters,
-        grpc_host=args.bind, grpc_port=args.grpc_port, metrics_host=args.bind,
-        metrics_port=None if args.metrics_port < 0 else args.metrics_port,
-        managed=args.managed, advertise=args.advertise))
+    return _flow_service(args, HeartbeatService)
 
 
 def _configsync(args: argparse.Namespace) -> int:

@@ -4,47 +4,43 @@ Heartbeats go to every cluster pair of the properties file (as MM2's dedicated m
 Canary and audit cover the file's enabled flows, or with `--managed` the control log's
 flows, followed live (paused ones included); a managed service also announces itself to
 the leading controller, which then forwards the Topology, Canary and Audit RPCs of the
-Admin API here. Every part retries on its own with backoff when a cluster
-does not answer, and says why in one line; nothing it reports is OK while a cluster it
-needs is unreachable.
+Admin API here. Start-up, the flows (file or control log), the announcement, the health
+loop and the stop are `mirrorline.flowservice.FlowService`'s; a flow's canary and audit
+are its runner (`heartbeat.flowprobe.FlowProbe`). Every part retries on its own with
+backoff when a cluster does not answer, and says why in one line; nothing it reports is
+OK while a cluster it needs is unreachable.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from opentelemetry import trace
+from opentelemetry.metrics import Meter
 
-from mirrorline.controlplane.announce import announce_forever
-from mirrorline.controlplane.join import open_control_log
-from mirrorline.controlplane.log import ControlLog
 from mirrorline.core.backoff import Backoff
-from mirrorline.core.canary import FlowCanary, PartitionState
-from mirrorline.core.errors import ConfigError
-from mirrorline.core.flowdefs import Definition, flow_settings
+from mirrorline.core.canary import FlowCanary
 from mirrorline.core.policy import DefaultReplicationPolicy, ReplicationPolicy, make_policy
 from mirrorline.core.settings import FlowSettings, MirrorSettings
+from mirrorline.flowservice import FlowService
 from mirrorline.grpcserver import ServiceServer
 from mirrorline.heartbeat.api import HeartbeatAdminServicer
 from mirrorline.heartbeat.audit_app import AuditApp, AuditTopics
-from mirrorline.heartbeat.audit_reader import AuditReader, FlowTopics
+from mirrorline.heartbeat.audit_reader import AuditReader
 from mirrorline.heartbeat.canary import CanaryReader, CanarySender
 from mirrorline.heartbeat.clients import cluster_kwargs
 from mirrorline.heartbeat.emitter import HeartbeatEmitter
+from mirrorline.heartbeat.flowprobe import FlowProbe
 from mirrorline.heartbeat.metrics import register_metrics
 from mirrorline.heartbeat.retrying import cancel_and_wait
 from mirrorline.heartbeat.topology import TopologyWatcher
 from mirrorline.heartbeat.verdicts import VerdictStore
 from mirrorline.kafka.reader import read_topic
-from mirrorline.telemetry import Telemetry, setup_telemetry
 from mirrorline.v1 import admin_pb2, admin_pb2_grpc, heartbeat_pb2, heartbeat_pb2_grpc
-
-log = logging.getLogger(__name__)
 
 #: A path is stale when its newest heartbeat is older than this many emit intervals ...
 STALE_INTERVALS = 5
@@ -52,29 +48,27 @@ STALE_INTERVALS = 5
 STALE_MIN_MS = 10_000
 
 
-class HeartbeatService:
+class HeartbeatService(FlowService[FlowProbe]):
+    kind = "heartbeat"
+    verb = "probed"
+    # Not an error to have no flow: `mirrorline run` starts this service for every
+    # deployment, and one that switched all of it off still gets topology.
+    flows_required = False
     #: Seconds `stop()` may take (see `mirrorline.runtime`): faust's stop and the end of
     #: its consumer thread need more than the default (`AuditApp.stop`).
     stop_budget_s = 7.0
 
-    def __init__(self, settings: MirrorSettings, *, instance_id: str = "heartbeat",
+    def __init__(self, settings: MirrorSettings, *, instance_id: str | None = None,
                  targets: Sequence[str] | None = None, grpc_host: str = "127.0.0.1",
                  grpc_port: int = 0, metrics_host: str = "127.0.0.1",
                  metrics_port: int | None = 0, managed: bool = False,
                  advertise: str | None = None) -> None:
-        self.settings = settings
-        self.instance_id = instance_id
-        self._targets = tuple(targets) if targets else None
-        self._grpc = ServiceServer(name=f"heartbeat {instance_id}", host=grpc_host,
-                                   port=grpc_port)
-        self._metrics = (metrics_host, metrics_port)
-        self._managed = managed
-        self._advertise = advertise
-        self.telemetry: Telemetry | None = None
+        super().__init__(settings, instance_id=instance_id, targets=targets,
+                         grpc_host=grpc_host, grpc_port=grpc_port, metrics_host=metrics_host,
+                         metrics_port=metrics_port, managed=managed, advertise=advertise)
         self.started_ms = int(time.time() * 1000)
         pairs = [f for f in settings.flows.values() if f.emit_heartbeats_enabled
                  and (not self._targets or f.target in self._targets)]
-        flows = settings.enabled_flows(self._targets)
         interval = max((p.emit_heartbeats_interval_s for p in pairs), default=1.0)
         self.stale_after_ms = max(STALE_MIN_MS, int(STALE_INTERVALS * interval * 1000))
         self.emitters = [self._emitter(t, [p for p in pairs if p.target == t])
@@ -82,27 +76,17 @@ class HeartbeatService:
         self.watchers = {alias: TopologyWatcher(
             alias, cluster_kwargs(settings, alias, "consumer", f"heartbeat-{alias}-topology"),
             self._policy(alias), self.stale_after_ms) for alias in settings.clusters}
-        # Managed: flows come from the control log (followed once it is read); otherwise
-        # from the file. `_add_flow` starts their canary and audit.
-        self.flows: dict[str, FlowSettings] = {} if managed else {f.name: f for f in flows}
-        self._definitions: dict[str, Definition] = {}
-        self.canaries: dict[str, FlowCanary] = {}
+        #: One canary sender per source cluster, shared by the flows out of it.
         self.senders: dict[str, CanarySender] = {}
-        self.canary_readers: dict[str, CanaryReader] = {}
-        self.audited: dict[str, FlowSettings] = {}
+        #: Starting the state app of a target cluster (target alias -> its start).
         self._audit_tasks: dict[str, asyncio.Task[None]] = {}
         self.audit_topics = AuditTopics.for_deployment(settings.deployment)
+        #: One faust app per target cluster (the audit's and the canary's tables).
         self.apps: dict[str, AuditApp] = {}
         self._pending_apps: dict[str, AuditApp] = {}
-        self.audit_readers: list[AuditReader] = []
         #: Why the state app of a target cluster cannot start (target alias -> reason).
         self.state_errors: dict[str, str] = {}
         self.verdicts = VerdictStore()
-        self._control: ControlLog | None = None
-        #: Why the control log cannot be read (managed mode; None once it is).
-        self._home_error: str | None = None
-        self._tasks: list[asyncio.Task[None]] = []
-        self._changed = asyncio.Event()
         self._stopping = False
 
     def _policy(self, alias: str) -> ReplicationPolicy:
@@ -120,111 +104,108 @@ class HeartbeatService:
                                         f"heartbeat-{target}-admin"),
             topic=make_policy(pairs[0].policy).heartbeats_topic())
 
-    # -- lifecycle ------------------------------------------------------------------------
-    async def start(self) -> None:
-        if not self.emitters and not self.flows and not self._managed:
-            # Not an error: `mirrorline run` starts this service for every deployment, and
-            # one that switched all of it off still gets topology from the heartbeat topics.
-            log.info("heartbeat %s: heartbeats, canary and audit are all off; serving "
-                     "topology only", self.instance_id)
-        self.telemetry = setup_telemetry("heartbeat", instance=self.instance_id,
-                                         metrics_port=self._metrics[1],
-                                         metrics_host=self._metrics[0])
-        await self.telemetry.start()
-        register_metrics(self, self.telemetry.meter)
+    # -- the flows, as the runners hold them ----------------------------------------------
+    @property
+    def flows(self) -> dict[str, FlowSettings]:
+        return {name: runner.flow for name, runner in self.runners.items()}
+
+    @property
+    def canaries(self) -> dict[str, FlowCanary]:
+        return {name: runner.canary for name, runner in self.runners.items()
+                if runner.canary is not None}
+
+    @property
+    def canary_readers(self) -> dict[str, CanaryReader]:
+        return {name: runner.canary_reader for name, runner in self.runners.items()
+                if runner.canary_reader is not None}
+
+    @property
+    def audited(self) -> dict[str, FlowSettings]:
+        return {name: runner.flow for name, runner in self.runners.items() if runner.audited}
+
+    @property
+    def audit_readers(self) -> list[AuditReader]:
+        return [reader for runner in self.runners.values() for reader in runner.audit_readers]
+
+    # -- what FlowService asks of the service ---------------------------------------------
+    def new_runner(self, flow: FlowSettings) -> FlowProbe:
+        return FlowProbe(self, flow)
+
+    def add_servicers(self, server: ServiceServer) -> None:
         # Only Topology, Canary and Audit are implemented here; every other Admin RPC
         # answers UNIMPLEMENTED, as the generated base class does.
         servicer = HeartbeatAdminServicer(self)  # type: ignore[abstract]
-        self._grpc.add(admin_pb2_grpc.add_AdminServicer_to_server, servicer,
-                       [admin_pb2.DESCRIPTOR.services_by_name["Admin"].full_name])
-        self._grpc.add(heartbeat_pb2_grpc.add_HeartbeatServicer_to_server, servicer,
-                       [heartbeat_pb2.DESCRIPTOR.services_by_name["Heartbeat"].full_name])
-        port = await self._grpc.start()
-        address = self._advertise or f"127.0.0.1:{port}"
+        server.add(admin_pb2_grpc.add_AdminServicer_to_server, servicer,
+                   [admin_pb2.DESCRIPTOR.services_by_name["Admin"].full_name])
+        server.add(heartbeat_pb2_grpc.add_HeartbeatServicer_to_server, servicer,
+                   [heartbeat_pb2.DESCRIPTOR.services_by_name["Heartbeat"].full_name])
+
+    def register_metrics(self, meter: Meter) -> None:
+        register_metrics(self, meter)
+
+    def serving(self) -> bool:
+        """SERVING while every part can work (`errors()` is empty)."""
+        return not self.errors()
+
+    # -- lifecycle ------------------------------------------------------------------------
+    async def start(self) -> None:
+        if not self.emitters and not self._managed \
+                and not self.settings.enabled_flows(self._targets):
+            self._log.info("heartbeat %s: heartbeats, canary and audit are all off; "
+                           "serving topology only", self.instance_id)
+        await super().start()
         for emitter in self.emitters:
             emitter.start()
         for watcher in self.watchers.values():
             watcher.start()
-        for flow in list(self.flows.values()):
-            await self._add_flow(flow)
-        if self._managed:
-            self._tasks.append(asyncio.create_task(self._announce(address), name="announce"))
-        self._tasks.append(asyncio.create_task(self._health(), name="health"))
-        log.info("heartbeat %s: gRPC %s; %d heartbeat pairs, %d flows with canary, %d "
-                 "audited", self.instance_id, address, sum(len(e.pairs) for e in self.emitters),
-                 len(self.canaries), len(self.audited))
+        self._log.info("heartbeat %s: %d heartbeat pairs, %d flows with canary, %d audited",
+                       self.instance_id, sum(len(e.pairs) for e in self.emitters),
+                       len(self.canaries), len(self.audited))
 
-    def _add_canary(self, flow: FlowSettings) -> None:
-        target = flow.target
+    async def stop(self) -> None:
+        """As `FlowService.stop`, but first the state apps' starts are cancelled until
+        they end (an app still starting is then stopped by `stop_more`, not by its
+        cancelled start), and so are the skeleton's tasks: a Kafka client connecting to a
+        cluster that does not answer can swallow one cancellation."""
+        self._stopping = True
+        await self._grpc.set_serving(False)
+        await cancel_and_wait(*self._tasks, *self._audit_tasks.values())
+        await super().stop()
 
-        def states() -> dict[int, PartitionState]:
-            app = self.apps.get(target)
-            return app.canary_states(flow.name) if app is not None else {}
+    async def stop_more(self) -> None:
+        """The emitters, watchers and canary senders, and every state app, started or
+        starting -- after the flows' readers, which feed the apps."""
+        parts: list[Any] = [*self.emitters, *self.watchers.values(), *self.senders.values(),
+                            *self.apps.values(), *self._pending_apps.values()]
+        await asyncio.gather(*(p.stop() for p in parts), return_exceptions=True)
 
-        canary = self.canaries[flow.name] = FlowCanary(slo_ms=flow.canary.latency_slo_ms,
-                                                       window_ms=flow.audit.window_ms,
-                                                       states=states)
-        policy = make_policy(flow.policy, flow.source)
+    # -- what the flows share: canary senders and state apps ------------------------------
+    def tracer(self) -> trace.Tracer:
+        assert self.telemetry is not None
+        return self.telemetry.tracer
+
+    def canary_sender(self, flow: FlowSettings) -> CanarySender:
+        """The sender of the flow's source cluster (started on first use), sending at
+        least as often as the flow's canary asks."""
         sender = self.senders.get(flow.source)
         if sender is None:
+            policy = make_policy(flow.policy, flow.source)
             sender = self.senders[flow.source] = CanarySender(
                 flow.source, policy.canary_topic(), flow.canary.interval_ms,
                 producer_kwargs=cluster_kwargs(self.settings, flow.source, "producer",
                                                f"heartbeat-{flow.source}-canary"),
                 admin_kwargs=cluster_kwargs(self.settings, flow.source, "admin",
                                             f"heartbeat-{flow.source}-admin"),
-                tracer=self._tracer(), replication_factor=flow.replication_factor)
+                tracer=self.tracer(), replication_factor=flow.replication_factor)
             sender.start()
         sender.interval_ms = min(sender.interval_ms, flow.canary.interval_ms)
-        sender.flows.append(canary)
-        reader = self.canary_readers[flow.name] = CanaryReader(
-            flow.name, flow.target, policy.format_remote_topic(flow.source,
-                                                               policy.canary_topic()),
-            canary, consumer_kwargs=cluster_kwargs(
-                self.settings, flow.target, "consumer", f"heartbeat-{flow.name}-canary"),
-            since_ms=int(time.time() * 1000), app=lambda: self.apps.get(target),
-            tracer=self._tracer())
-        reader.start()
+        return sender
 
-    async def _remove_canary(self, name: str) -> None:
-        canary = self.canaries.pop(name, None)
-        reader = self.canary_readers.pop(name, None)
-        if reader is not None:
-            await reader.stop()
-        for sender in self.senders.values():
-            if canary in sender.flows:
-                sender.flows.remove(canary)
-
-    async def _add_flow(self, flow: FlowSettings) -> None:
-        self.flows[flow.name] = flow
-        if flow.canary.enabled:
-            self._add_canary(flow)
-        if flow.audit.enabled:
-            self.audited[flow.name] = flow
-            app = self.apps.get(flow.target)
-            if app is not None:
-                await app.add_flow(flow.name, flow, int(time.time() * 1000))
-                self._start_audit_readers(app, flow)
-        if (flow.canary.enabled or flow.audit.enabled) and flow.target not in self.apps \
-                and flow.target not in self._audit_tasks:
-            # The target's app holds the canary's table as well as the audit's.
-            self._audit_tasks[flow.target] = asyncio.create_task(
-                self._run_audit(flow.target), name=f"state app of {flow.target}")
-
-    async def _remove_flow(self, name: str) -> None:
-        flow = self.flows.pop(name)
-        await self._remove_canary(name)
-        self.audited.pop(name, None)
-        readers = [r for r in self.audit_readers if r.flow.name == name]
-        self.audit_readers = [r for r in self.audit_readers if r.flow.name != name]
-        await asyncio.gather(*(r.stop() for r in readers), return_exceptions=True)
-        app = self.apps.get(flow.target)
-        if app is not None:
-            app.flows.pop(name, None)
-
-    def _tracer(self) -> trace.Tracer:
-        assert self.telemetry is not None
-        return self.telemetry.tracer
+    def ensure_state_app(self, target: str) -> None:
+        """Start the state app of `target` unless it runs or is starting."""
+        if target not in self.apps and target not in self._audit_tasks:
+            self._audit_tasks[target] = asyncio.create_task(
+                self._run_audit(target), name=f"state app of {target}")
 
     async def _run_audit(self, target: str) -> None:
         flows = {n: f for n, f in self.audited.items() if f.target == target}
@@ -256,7 +237,7 @@ class HeartbeatService:
                 reason = f"target cluster {target!r} unreachable for the audit: {exc!r}"
                 self.state_errors[target] = reason
                 if reason != said:
-                    log.warning("%s; retrying", reason)
+                    self._log.warning("%s; retrying", reason)
                     said = reason
                 with contextlib.suppress(Exception):
                     await app.stop()
@@ -271,86 +252,21 @@ class HeartbeatService:
         for name, flow in self.audited.items():
             if flow.target == target and name not in flows:
                 await app.add_flow(name, flow)
-        for flow in [f for f in self.audited.values() if f.target == target]:
-            self._start_audit_readers(app, flow)
-
-    def _start_audit_readers(self, app: AuditApp, flow: FlowSettings) -> None:
-        topics = FlowTopics()
-        for side, alias in (("source", flow.source), ("target", flow.target)):
-            reader = AuditReader(flow, side, app, topics,  # type: ignore[arg-type]
-                                 cluster_kwargs(self.settings, alias, "consumer",
-                                                f"heartbeat-{flow.name}-audit-{side}"))
-            self.audit_readers.append(reader)
-            reader.start()
+        for runner in [r for r in self.runners.values() if r.audited
+                       and r.flow.target == target]:
+            runner.start_audit_readers(app)
 
     def _verdict(self, key: str, value: dict[str, object]) -> None:
         if value["verdict"] != "OK":
-            log.warning("audit %s: %s partition %s window %s: %s %s (%s)", value["flow"],
-                        value["topic"], value["partition"], value["window_start_ms"],
-                        value["verdict"], value["count"] or "", value["reason"])
+            self._log.warning("audit %s: %s partition %s window %s: %s %s (%s)",
+                              value["flow"], value["topic"], value["partition"],
+                              value["window_start_ms"], value["verdict"],
+                              value["count"] or "", value["reason"])
         self.verdicts.add(key, dict(value))
-
-    async def _announce(self, address: str) -> None:
-        self._control = await open_control_log(self.settings, self._targets,
-                                               f"heartbeat-{self.instance_id}",
-                                               report=self._set_home_error)
-        self._control.listen(lambda *_: self._changed.set())
-        self._tasks.append(asyncio.create_task(self._follow(), name="follow control log"))
-        await announce_forever(self._control, "heartbeat", self.instance_id, address)
-
-    async def _follow(self) -> None:
-        """Managed: probe and audit the control log's flows (paused ones too: a paused
-        flow's canary is exactly what must turn VIOLATED)."""
-        assert self._control is not None
-        while True:
-            self._changed.clear()
-            wanted = {n: Definition(r.source, r.target, r.properties)
-                      for n, r in self._control.state.flows.items()
-                      if not self._targets or r.target in self._targets}
-            for name in [n for n, d in self._definitions.items() if wanted.get(n) != d]:
-                del self._definitions[name]
-                await self._remove_flow(name)
-            for name, definition in wanted.items():
-                if name in self._definitions:
-                    continue
-                try:
-                    flow = flow_settings(self.settings, definition)
-                except ConfigError as exc:
-                    log.error("flow %s cannot be probed here: %s", name, exc)
-                    continue
-                self._definitions[name] = definition
-                await self._add_flow(flow)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), 5.0)
-
-    async def stop(self) -> None:
-        await self._grpc.set_serving(False)
-        tasks = [*self._tasks, *self._audit_tasks.values()]
-        self._stopping = True
-        await cancel_and_wait(*tasks)
-        parts: list[Any] = [*self.emitters, *self.watchers.values(), *self.senders.values(),
-                 *self.canary_readers.values(), *self.audit_readers]
-        apps = [*self.apps.values(), *self._pending_apps.values()]
-        await asyncio.gather(*(p.stop() for p in [*parts, *apps]), return_exceptions=True)
-        if self._control is not None:
-            with contextlib.suppress(Exception):
-                await self._control.stop()
-        await self._grpc.stop()
-        if self.telemetry is not None:
-            await self.telemetry.stop()
-
-    async def _health(self) -> None:
-        while True:
-            errors = self.errors()
-            await self._grpc.set_serving(not errors)
-            await asyncio.sleep(1.0)
-
-    def _set_home_error(self, reason: str | None) -> None:
-        self._home_error = reason
 
     def errors(self) -> list[str]:
         """Why the service cannot do all of its work now (empty: it can)."""
-        found = [self._home_error] if self._home_error else []
+        found = [self.error] if self.error else []
         found += [e.error for e in self.emitters if e.error]
         found += [w.error for w in self.watchers.values() if w.error and w.error != "not read yet"]
         found += [s.error for s in self.senders.values() if s.error]
