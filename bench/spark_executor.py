@@ -41,7 +41,7 @@ def config(env: BenchEnv) -> str:
     ])
 
 
-def make(master: str) -> Contender:
+def make(master: str, conf: tuple[str, ...] = ()) -> Contender:
     async def run(env: BenchEnv) -> float:
         try:
             import pyspark  # noqa: F401
@@ -54,7 +54,8 @@ def make(master: str) -> Contender:
         for name, args in (
                 ("controller", ["controller", "--controller-id", "c", "--lease-ms", "2000"]),
                 ("executor", ["spark-executor", "--executor-id", "bench", "--master", master,
-                              "--spark-conf", "spark.ui.enabled=false"])):
+                              "--spark-conf", "spark.ui.enabled=false",
+                              *(a for c in conf for a in ("--spark-conf", c))])):
             log = await asyncio.to_thread(open, env.workdir / f"{name}.log", "wb")
             proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "mirrorline", *args, "--config", str(path),

@@ -15,7 +15,6 @@ before it are acknowledged and recorded, the error names topic, partition and of
 from __future__ import annotations
 
 import time
-from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,31 +48,73 @@ class AckMessage(WriterCommitMessage):
 
 
 class _Tracker:
-    """Delivery reports of one (remote topic, partition), in produce order."""
+    """Produced records and delivery reports of one (remote topic, partition).
 
-    __slots__ = ("downstream", "error", "fetched_ms", "pending", "rejected_at",
-                 "source_topic", "timestamps", "upstream", "value_bytes")
+    librdkafka reports deliveries of a partition in produce order, so the i-th report is
+    the i-th record produced: the callback only appends the landing offset, and the
+    source offsets are kept per produced chunk rather than matched record by record.
+    Everything after the first failed record is not acknowledged, whatever its report.
+    """
 
-    def __init__(self, source_topic: str) -> None:
+    __slots__ = ("delivered", "downstream", "error", "failures", "fetched_ms", "flow",
+                 "partition", "remote", "sizes", "source_topic", "stamps", "upstream")
+
+    def __init__(self, source_topic: str, remote: str, partition: int, flow: str) -> None:
         self.source_topic = source_topic
-        self.pending: deque[int] = deque()  # source offsets produced, not yet reported
-        self.upstream: list[int] = []
-        self.downstream: list[int] = []
-        #: Timestamp and value size of every record handed over, in produce order.
-        self.timestamps: list[int] = []
-        self.value_bytes: list[int] = []
-        self.error: str | None = None
-        #: Source offset of the record the target refused: nothing from it on is recorded
-        #: (records before it may still be acknowledged after the refusal).
-        self.rejected_at: int | None = None
+        self.flow = flow
         #: When this task first saw the partition's records (the record-age reference).
         self.fetched_ms = time.time() * 1000.0
+        self.remote = remote
+        self.partition = partition
+        self.upstream: list[int] = []  # source offsets, in produce order
+        self.downstream: list[int] = []  # landing offsets, in report order
+        #: Timestamps and value sizes of the produced records, per produced chunk.
+        self.stamps: list[pa.Array] = []
+        self.sizes: list[pa.Array] = []
+        self.failures = 0
+        #: (at most this many records are acknowledged, why the partition stopped)
+        self.error: tuple[int, str] | None = None
+        append = self.downstream.append
 
-    def reject(self, offset: int, what: str, flow: str, partition: int, remote: str) -> None:
+        def delivered(err: Any, msg: Any) -> None:
+            if err is None:
+                append(msg.offset())
+            else:
+                self._failed(err)
+
+        self.delivered = delivered
+
+    def _failed(self, err: Any) -> None:
+        index = len(self.downstream) + self.failures
+        self.failures += 1
+        self.reject(len(self.downstream), self.upstream[index], _refusal(err))
+
+    def reject(self, acked: int, offset: int, what: str) -> None:
+        """Stop at source `offset`: at most `acked` records before it count."""
         if self.error is None:
-            self.rejected_at = offset
-            self.error = rejected_record(what, flow, self.source_topic, partition, offset,
-                                         remote)
+            self.error = (acked, rejected_record(what, self.flow, self.source_topic,
+                                                 self.partition, offset, self.remote))
+
+    @property
+    def missing(self) -> int:
+        return len(self.upstream) - len(self.downstream) - self.failures
+
+    def acks(self) -> PartitionAcks:
+        acked = len(self.downstream) if self.error is None \
+            else min(len(self.downstream), self.error[0])
+        acks = PartitionAcks(self.source_topic, self.partition, self.remote,
+                             offset_runs(self.upstream[:acked], self.downstream[:acked]),
+                             None if self.error is None else self.error[1])
+        if acked:  # summary of the acknowledged prefix, for metrics
+            stamps = pa.chunked_array(self.stamps, pa.int64()).slice(0, acked)
+            low_high = pc.min_max(stamps)
+            acks.min_timestamp = int(low_high["min"].as_py())
+            acks.max_timestamp = int(low_high["max"].as_py())
+            acks.last_timestamp = int(stamps[acked - 1].as_py())
+            sizes = pa.chunked_array(self.sizes, pa.int64()).slice(0, acked)
+            acks.value_bytes = int(pc.sum(sizes).as_py() or 0)
+            acks.fetched_ms = self.fetched_ms
+        return acks
 
 
 class KafkaStreamWriter(DataSourceStreamArrowWriter):
@@ -94,81 +135,101 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
 
 def write_batches(options: SinkOptions, batches: Iterator[pa.RecordBatch]
                   ) -> list[PartitionAcks]:
-    from confluent_kafka import KafkaException, Producer
+    from confluent_kafka import Producer
 
     trackers: dict[tuple[str, int], _Tracker] = {}
-
-    def delivered(err: Any, msg: Any) -> None:
-        tracker = trackers[(msg.topic(), msg.partition())]
-        offset = tracker.pending.popleft()
-        if err is None:
-            if tracker.rejected_at is None or offset < tracker.rejected_at:
-                tracker.upstream.append(offset)
-                tracker.downstream.append(msg.offset())
-        else:
-            tracker.reject(offset, _refusal(err), options.flow, msg.partition(), msg.topic())
-
     producer = Producer({**PRODUCER_DEFAULTS, **options.kafka, **PRODUCER_FIXED})
-    produce, poll = producer.produce, producer.poll
     try:
         for batch in _records(batches):
-            if not batch.num_rows:
-                continue
-            _account(batch, options, trackers)
-            topics, partitions = batch.column(0).to_pylist(), batch.column(1).to_pylist()
-            offsets, keys = batch.column(2).to_pylist(), batch.column(3).to_pylist()
-            values, stamps = batch.column(4).to_pylist(), batch.column(5).to_pylist()
-            # Headers are rare: convert only the rows that have some.
-            header_counts = pc.list_value_length(batch.column(6)).to_pylist()
-            header_column = batch.column(6)
-            tracker: _Tracker | None = None
-            last: tuple[str, int] | None = None
-            remote = ""
-            for i in range(batch.num_rows):
-                if (topics[i], partitions[i]) != last:
-                    last = (topics[i], partitions[i])
-                    remote = options.topics[topics[i]]
-                    tracker = trackers[(remote, partitions[i])]
-                assert tracker is not None
-                if tracker.error is not None:
-                    continue  # this partition stopped at a rejected record
-                tracker.pending.append(offsets[i])
-                hdrs = None
-                if header_counts[i]:
-                    hdrs = [(h["key"], h["value"]) for h in header_column[i].as_py()]
-                while True:
-                    try:
-                        if hdrs is None:
-                            produce(remote, values[i], keys[i], partitions[i], delivered,
-                                    timestamp=stamps[i])
-                        else:
-                            produce(remote, values[i], keys[i], partitions[i], delivered,
-                                    timestamp=stamps[i], headers=hdrs)
-                        break
-                    except BufferError:
-                        poll(0.05)
-                    except KafkaException as exc:  # refused before sending (e.g. too large)
-                        tracker.pending.pop()
-                        tracker.reject(offsets[i], _refusal(exc.args[0]), options.flow,
-                                       partitions[i], remote)
-                        break
-            poll(0)
+            for run in _partition_runs(batch):
+                _produce(producer, run, options, trackers)
+            producer.poll(0)
         _flush(producer, trackers)
     finally:
         producer.flush(0)
-    out = []
-    for (remote, partition), t in sorted(trackers.items()):
-        acks = PartitionAcks(t.source_topic, partition, remote,
-                             offset_runs(t.upstream, t.downstream), t.error)
-        acked = len(t.upstream)
-        if acked:  # summary of the acknowledged prefix, for metrics
-            stamps = t.timestamps[:acked]
-            acks.value_bytes = sum(t.value_bytes[:acked])
-            acks.min_timestamp, acks.max_timestamp = min(stamps), max(stamps)
-            acks.last_timestamp = stamps[-1]
-            acks.fetched_ms = t.fetched_ms
-        out.append(acks)
-    return out
+    return [t.acks() for _, t in sorted(trackers.items())]
+
+
+def _partition_runs(batch: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
+    """`batch` cut where (topic, partition) changes; usually it is one run already."""
+    n = batch.num_rows
+    if not n:
+        return
+    topics, partitions = batch.column(0), batch.column(1)
+    if (pc.count_distinct(partitions).as_py() == 1
+            and pc.count_distinct(topics).as_py() == 1):
+        yield batch
+        return
+    keys = list(zip(topics.to_pylist(), partitions.to_pylist(), strict=True))
+    start = 0
+    for i in range(1, n + 1):
+        if i == n or keys[i] != keys[start]:
+            yield batch.slice(start, i - start)
+            start = i
+
+
+def _produce(producer: Any, batch: pa.RecordBatch, options: SinkOptions,
+             trackers: dict[tuple[str, int], _Tracker]) -> None:
+    """Hand the records of one (topic, partition) run to librdkafka, in order."""
+    topic, partition = batch.column(0)[0].as_py(), int(batch.column(1)[0].as_py())
+    remote = options.topics.get(topic)
+    if remote is None:
+        raise ValueError(f"no remote topic given for source topic {topic!r}")
+    tracker = trackers.get((remote, partition))
+    if tracker is None:
+        tracker = trackers[(remote, partition)] = _Tracker(topic, remote, partition,
+                                                           options.flow)
+    if tracker.error is not None:
+        return  # this partition stopped at a rejected record
+    from confluent_kafka import KafkaException
+
+    offsets = batch.column(2).to_pylist()
+    base = len(tracker.upstream)
+    tracker.upstream.extend(offsets)
+    tracker.stamps.append(batch.column(5))
+    tracker.sizes.append(pc.fill_null(pc.binary_length(batch.column(4)), 0).cast(pa.int64()))
+    keys, values = batch.column(3).to_pylist(), batch.column(4).to_pylist()
+    stamps = batch.column(5).to_pylist()
+    produce, poll, delivered = producer.produce, producer.poll, tracker.delivered
+    header_column = batch.column(6)
+    if not pc.sum(pc.list_value_length(header_column)).as_py():
+        for i, (key, value, stamp) in enumerate(zip(keys, values, stamps, strict=True)):
+            while True:
+                try:
+                    produce(remote, value, key, partition, delivered, timestamp=stamp)
+                    break
+                except BufferError:
+                    poll(0.05)
+                except KafkaException as exc:  # refused before sending (e.g. too large)
+                    _refused(tracker, base + i, exc)
+                    return
+        return
+    # Headers are rare: convert only the rows that have some.
+    counts = pc.list_value_length(header_column).to_pylist()
+    for i, (key, value, stamp) in enumerate(zip(keys, values, stamps, strict=True)):
+        hdrs = ([(h["key"], h["value"]) for h in header_column[i].as_py()] if counts[i]
+                else None)
+        while True:
+            try:
+                if hdrs is None:
+                    produce(remote, value, key, partition, delivered, timestamp=stamp)
+                else:
+                    produce(remote, value, key, partition, delivered, timestamp=stamp,
+                            headers=hdrs)
+                break
+            except BufferError:
+                poll(0.05)
+            except KafkaException as exc:  # refused before sending (e.g. too large)
+                _refused(tracker, base + i, exc)
+                return
+
+
+def _refused(tracker: _Tracker, index: int, exc: Exception) -> None:
+    """librdkafka refused the record at `index` before sending: what came before may
+    still be acknowledged; it and everything after it are not produced."""
+    offset = tracker.upstream[index]
+    del tracker.upstream[index:]
+    tracker.reject(index, offset, _refusal(exc.args[0]))
 
 
 def _refusal(err: Any) -> str:
@@ -176,26 +237,6 @@ def _refusal(err: Any) -> str:
     what = "target rejected the record" if err.name() in REJECTED \
         else "could not deliver the record"
     return f"{what}: {err.name()} {err.str()}"
-
-
-def _account(batch: pa.RecordBatch, options: SinkOptions,
-             trackers: dict[tuple[str, int], _Tracker]) -> None:
-    """Register the batch's partitions and keep timestamps and value sizes (vectorised)."""
-    for topic, partition in set(zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(),
-                                    strict=True)):
-        remote = options.topics.get(topic)
-        if remote is None:
-            raise ValueError(f"no remote topic given for source topic {topic!r}")
-        if (remote, partition) not in trackers:
-            trackers[(remote, partition)] = _Tracker(topic)
-    sizes = pc.fill_null(pc.binary_length(batch.column(4)), 0).to_pylist()
-    stamps = batch.column(5).to_pylist()
-    rows = zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), stamps, sizes,
-               strict=True)
-    for topic, partition, stamp, size in rows:
-        t = trackers[(options.topics[topic], partition)]
-        t.timestamps.append(stamp)
-        t.value_bytes.append(size)
 
 
 def _flush(producer: Any, trackers: Mapping[tuple[str, int], _Tracker]) -> None:
@@ -209,7 +250,7 @@ def _flush(producer: Any, trackers: Mapping[tuple[str, int], _Tracker]) -> None:
         elif time.monotonic() - last > FLUSH_STALL_S:
             raise RuntimeError(f"{now_left} records not acknowledged by the target within "
                                f"{FLUSH_STALL_S:.0f}s")
-    pending = sum(len(t.pending) for t in trackers.values())
+    pending = sum(t.missing for t in trackers.values())
     if pending:
         raise RuntimeError(f"{pending} delivery reports missing after flush")
 
