@@ -102,3 +102,16 @@ def test_nothing_is_fenced_before_the_first_answer() -> None:
                          on_fence=lambda: pytest.fail("fenced"), on_unfence=lambda: None)
     holder.check(1e9)
     assert not holder.fenced
+
+
+def test_a_slow_answer_may_take_until_the_fence_deadline() -> None:
+    """On a starved machine a heartbeat answered late still renews the lease: giving up on
+    it sooner than the fence deadline fenced healthy workers over and over."""
+    holder = LeaseHolder("worker w1", leader_address=lambda: None,
+                         beat=coordinator_pb2.WorkerHeartbeat,
+                         on_fence=lambda: None, on_unfence=lambda: None)
+    holder.lease_s = 2.0
+    assert holder._rpc_timeout(0.0) == pytest.approx(1.0)  # no answer yet: half a lease
+    holder._last_ok = 100.0
+    assert holder._rpc_timeout(100.5) == pytest.approx(FENCE_AT * 2.0 - 0.5)
+    assert holder._rpc_timeout(101.4) == pytest.approx(0.5)  # never below half a second

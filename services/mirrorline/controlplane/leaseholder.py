@@ -35,6 +35,8 @@ FENCE_AT = 0.75
 DEFAULT_LEASE_S = 6.0
 #: How often the fence deadline is checked.
 WATCH_S = 0.05
+#: The shortest wait for a heartbeat's answer (once fenced, the next one renews).
+MIN_RPC_TIMEOUT_S = 0.5
 
 
 class LeaseHolder:
@@ -91,7 +93,7 @@ class LeaseHolder:
             return
         try:
             stub = coordinator_pb2_grpc.CoordinatorStub(self._channel_to(address))
-            reply = await stub.Heartbeat(self._beat(), timeout=max(0.5, self.lease_s / 4))
+            reply = await stub.Heartbeat(self._beat(), timeout=self._rpc_timeout(sent))
         except grpc.aio.AioRpcError as exc:
             self.heartbeat_error = (f"heartbeat to {address} failed: {exc.code().name} "
                                     f"{exc.details()}")
@@ -103,6 +105,15 @@ class LeaseHolder:
             log.warning("%s: heartbeats succeed again; following the control log", self.who)
             self.fenced = False
             self._on_unfence()
+
+    def _rpc_timeout(self, now: float) -> float:
+        """A slow answer still renews the lease, so a heartbeat may take until the fence
+        deadline (a starved machine answers late, not never); the watch fences on time
+        whatever the heartbeat does meanwhile."""
+        if self._last_ok is None:
+            return self.lease_s / 2
+        deadline = self._last_ok + FENCE_AT * self.lease_s
+        return max(MIN_RPC_TIMEOUT_S, deadline - now)
 
     async def _watch(self) -> None:
         while True:
