@@ -33,8 +33,12 @@ class BatchAppender:
         self.topic = topic
         self._producer = producer
         self._wake = asyncio.Event()
-        self._idle = asyncio.Event()
-        self._idle.set()
+        #: Batches taken and batches finished (in order: one batch in flight at a time). A
+        #: flush waits for the batches that carry what was queued before it, not for a
+        #: moment when nothing is queued, which a busy flow may never reach.
+        self._taken = 0
+        self._finished = 0
+        self._advanced = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.sent = 0
 
@@ -49,14 +53,19 @@ class BatchAppender:
 
     def wake(self) -> None:
         if self._pending():
-            self._idle.clear()
             self._wake.set()
 
     async def flush(self, timeout: float = 10.0) -> None:
-        """Wait until everything queued is acknowledged (or `timeout` passes)."""
+        """Wait until everything queued before this call is acknowledged (or `timeout`
+        passes). What is queued now goes out, oldest first, in the next batches taken."""
+        pending = self._pending()
+        wanted = self._taken + -(-pending // MAX_PER_BATCH)
         self.wake()
         try:
-            await asyncio.wait_for(self._idle.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                while self._finished < wanted:
+                    self._advanced.clear()
+                    await self._advanced.wait()
         except TimeoutError:
             log.warning("%d records for %s not written within %.0fs", self._pending(),
                         self.topic, timeout)
@@ -72,6 +81,7 @@ class BatchAppender:
             self._wake.clear()
             while self._pending():
                 items = self._take(MAX_PER_BATCH)
+                self._taken += 1
                 batch = self._producer.create_batch()
                 for key, value in items:
                     if batch.append(key=key, value=value, timestamp=None, headers=[]) is None:
@@ -79,7 +89,8 @@ class BatchAppender:
                         batch = self._producer.create_batch()
                         batch.append(key=key, value=value, timestamp=None, headers=[])
                 await self._send(batch, len(items))
-            self._idle.set()
+                self._finished += 1
+                self._advanced.set()
 
     async def _send(self, batch: Any, count: int) -> None:
         try:
@@ -139,7 +150,6 @@ class OffsetMapWriter(BatchAppender):
     def wake(self) -> None:
         """Publish after the interval (coalescing what arrives meanwhile)."""
         if self._pending() and self._timer is None:
-            self._idle.clear()
             self._timer = asyncio.get_running_loop().call_later(self.interval_s, self._due)
 
     def _due(self) -> None:

@@ -52,8 +52,12 @@ class ProgressStore:
         self._replication_factor = replication_factor
         self._dirty: dict[TopicPartitionKey, int] = {}
         self._wake = asyncio.Event()
-        self._idle = asyncio.Event()
-        self._idle.set()
+        #: Saves so far, and how many of the first of them are durable: a flush waits for
+        #: the saves made before it, not for a moment when nobody saves (partitions that
+        #: keep copying keep saving, and such a moment may never come).
+        self._saved = 0
+        self._durable = 0
+        self._advanced = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.failures = 0
 
@@ -72,19 +76,28 @@ class ProgressStore:
     def save(self, topic: str, partition: int, next_offset: int) -> None:
         """Record (soon) that everything below `next_offset` is on the target."""
         self._dirty[(topic, partition)] = next_offset
-        self._idle.clear()
+        self._saved += 1
         self._wake.set()
 
     async def flush(self, timeout: float = 10.0) -> None:
-        """Wait until every saved position is durable (or `timeout` passes)."""
+        """Wait until every position saved before this call is durable (or `timeout`
+        passes); positions saved meanwhile are not waited for."""
         if self._task is None:
             return
+        wanted = self._saved
         self._wake.set()
         try:
-            await asyncio.wait_for(self._idle.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                while self._durable < wanted:
+                    self._advanced.clear()
+                    await self._advanced.wait()
         except TimeoutError:
             log.warning("progress of %d partitions not written within %.0fs; they will "
                         "replay a little after a restart", len(self._dirty), timeout)
+
+    def _made_durable(self, saves: int) -> None:
+        self._durable = max(self._durable, saves)
+        self._advanced.set()
 
     async def stop(self) -> None:
         await self.flush()
@@ -97,9 +110,10 @@ class ProgressStore:
         while True:
             await self._wake.wait()
             self._wake.clear()
-            if not self._dirty:
-                self._idle.set()
+            if not self._dirty:  # every save so far went out in a round that succeeded
+                self._made_durable(self._saved)
                 continue
+            upto = self._saved
             batch, self._dirty = self._dirty, {}
             futures = [
                 await self._producer.send(
@@ -118,8 +132,8 @@ class ProgressStore:
                     self._dirty.setdefault(key, batch[key])
                 await asyncio.sleep(1.0)
                 self._wake.set()
-            elif not self._dirty:
-                self._idle.set()
+            else:
+                self._made_durable(upto)
 
 
 async def read_progress(target_consumer: Mapping[str, Any], source_alias: str
