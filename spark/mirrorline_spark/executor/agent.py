@@ -137,10 +137,11 @@ class SparkAgent:
                               worker_id=self.worker_id, workdir=self._workdir)
                 await run.open()
                 self.runs[name] = run
-            await run.apply(wanted)
+            drain = not self.fenced
+            await run.apply(wanted, drain=drain)
             if not wanted and not run.problem and not run.failed:
                 del self.runs[name]
-                await run.close()
+                await run.close(drain=drain)
 
     # -- heartbeats and fencing ---------------------------------------------------------
     def owned(self) -> list[flows_pb2.PartitionStatus]:

@@ -110,12 +110,12 @@ class FlowRun:
             raise
         self._task = asyncio.create_task(self._watch(), name=f"watch {self.name}")
 
-    async def close(self) -> None:
+    async def close(self, *, drain: bool = True) -> None:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
         async with self._lock:
-            await self._stop_query()
+            await self._stop_query(drain=drain)
         await self._acks.stop()
         if self._ends is not None:
             await self._ends.stop()
@@ -125,9 +125,11 @@ class FlowRun:
             await self._clients.close()
 
     # -- what runs ----------------------------------------------------------------------
-    async def apply(self, wanted: Mapping[Key, str]) -> None:
+    async def apply(self, wanted: Mapping[Key, str], *, drain: bool = True) -> None:
         """Copy exactly `wanted` (minus partitions stopped by an error); returns once the
-        partitions let go are stopped with their progress durable."""
+        partitions let go are stopped with their progress durable. `drain` False (fenced):
+        stop the query at once rather than let its micro-batch finish -- the controller
+        may hand the partitions on as soon as the lease runs out."""
         async with self._lock:
             self.owned = dict(wanted)
             for key in [k for k in self.failed if k not in wanted]:
@@ -137,7 +139,7 @@ class FlowRun:
                 runnable = {}
             if runnable == self.running and (self._query is not None or not runnable):
                 return
-            await self._stop_query()
+            await self._stop_query(drain=drain)
             if runnable:
                 await self._start_query(runnable)
 
@@ -176,12 +178,12 @@ class FlowRun:
         log.info("%s: Spark query copies %d partitions from %s", self.name, len(partitions),
                  ", ".join(f"{t}-{p}@{self.next_offsets[(t, p)]}" for t, p in sorted(partitions)))
 
-    async def _stop_query(self) -> None:
+    async def _stop_query(self, *, drain: bool = True) -> None:
         query, self._query = self._query, None
         if query is not None:
             # The source plans no more data from now on (it checks this file).
             await asyncio.to_thread(_touch, self._drain_file)
-            deadline = time.monotonic() + DRAIN_S
+            deadline = time.monotonic() + (DRAIN_S if drain else 0.0)
             with contextlib.suppress(Exception):
                 # Spark offers no event for "micro-batch finished": poll its status.
                 while time.monotonic() < deadline and await query.trigger_active():  # noqa: ASYNC110
