@@ -26,11 +26,15 @@ METRICS_PORTS = {
 }
 
 
-def run_ports(workers: int, offset: int = 0) -> dict[str, int]:
-    """Every port `mirrorline run --workers N --port-offset OFFSET` listens on, by use."""
+def run_ports(workers: int, offset: int = 0, *, spark: bool = False) -> dict[str, int]:
+    """Every port `mirrorline run --workers N --port-offset OFFSET [--spark]` listens on,
+    by use."""
     out: dict[str, int] = {}
-    for service, count in (("controller", 1), ("replicator", workers), ("checkpointer", 1),
-                           ("configsync", 1)):
+    services = [("controller", 1), ("replicator", workers), ("checkpointer", 1),
+                ("heartbeat", 1), ("configsync", 1)]
+    if spark:
+        services.append(("spark-executor", 1))
+    for service, count in services:
         for i in range(count):
             name = service if count == 1 else f"{service}-{i}"
             out[f"{name} gRPC"] = GRPC_PORTS[service] + offset + i

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import sys
 from pathlib import Path
 
@@ -13,6 +14,8 @@ from helpers import Record, consume_all, create_topic, produce, wait_for
 from procs import QUIET_SHARED_CLUSTERS, mm2_config
 
 from mirrorline.dev.brokers import LocalBroker, is_alive
+from mirrorline.dev.portcheck import is_free
+from mirrorline.ports import METRICS_PORTS, run_ports
 
 pytestmark = pytest.mark.integration
 
@@ -55,6 +58,32 @@ async def test_a_checkpointer_with_no_flow_to_checkpoint_exits_2(tmp_path: Path)
     code, out = await mirrorline("checkpointer", "--config", str(config), "--metrics-port", "-1",
                                  "--grpc-port", "0")
     assert code == 2 and "no enabled replication flow to checkpoint" in out
+
+
+async def test_run_with_a_port_taken_says_which_and_by_what_and_starts_nothing(
+        tmp_path: Path) -> None:
+    config = tmp_path / "mm2.properties"
+    config.write_text("clusters = a, b\na.bootstrap.servers = x:1\nb.bootstrap.servers = y:1\n"
+                      "a->b.enabled = true\n")
+    with socket.socket() as held:
+        # The heartbeat service's metrics port lands on the one held, and every other
+        # port of `run` at that offset is free (else the message names another one).
+        for _ in range(50):
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", 0))
+                port = probe.getsockname()[1]
+            offset = port - METRICS_PORTS["heartbeat"]
+            others = [p for p in run_ports(1, offset).values() if p != port]
+            if all(0 < p < 65536 and is_free(p) for p in others):
+                break
+        held.bind(("127.0.0.1", port))
+        held.listen()
+        code, out = await mirrorline("run", "--config", str(config),
+                                     "--port-offset", str(offset))
+    assert code == 2, out
+    assert f"port {port} (heartbeat metrics) on 127.0.0.1 is in use by pid {os.getpid()}" \
+        in out
+    assert "started (pid" not in out and "Traceback" not in out
 
 
 async def test_a_missing_config_file_is_named(tmp_path: Path) -> None:

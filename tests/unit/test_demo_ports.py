@@ -31,7 +31,11 @@ def test_run_ports_lists_every_listener_of_mirrorline_run() -> None:
     assert ports["controller gRPC"] == GRPC_PORTS["controller"] + 1000
     assert ports["replicator-1 metrics"] == METRICS_PORTS["replicator"] + 1001
     assert ports["configsync gRPC"] == GRPC_PORTS["configsync"] + 1000
-    assert len(ports) == 10 and len(set(ports.values())) == 10
+    assert ports["heartbeat metrics"] == METRICS_PORTS["heartbeat"] + 1000
+    assert len(ports) == 12 and len(set(ports.values())) == 12
+    with_spark = run_ports(2, 1000, spark=True)
+    assert with_spark["spark-executor gRPC"] == GRPC_PORTS["spark-executor"] + 1000
+    assert len(with_spark) == 14 and len(set(with_spark.values())) == 14
 
 
 def test_the_demo_moves_past_a_taken_port(listener: int,

@@ -23,12 +23,12 @@ from mirrorline.dev.brokers import (
     default_state_dir,
     is_broker_process,
     load_state,
-    port_is_free,
     probe,
     save_state,
     start_broker,
     stop_broker,
 )
+from mirrorline.dev.portcheck import is_free
 
 #: Modules adding further `dev` subcommands through `register(dev_subparsers)`; a module that
 #: does not exist (yet) is skipped, as in `mirrorline.cli._COMMAND_MODULES`.
@@ -127,7 +127,7 @@ def _plan_ports(
             slot += 1
             if candidate in claimed:
                 continue
-            if not port_is_free(candidate):
+            if not is_free(candidate):
                 raise BrokerError(
                     f"default port {candidate} for {alias!r} is in use by another process;"
                     f" choose one with {alias}=PORT"

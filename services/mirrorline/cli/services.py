@@ -18,7 +18,7 @@ from mirrorline.core.config import load_config
 from mirrorline.core.errors import ConfigError
 from mirrorline.core.security import bind_problem, grpc_security
 from mirrorline.core.settings import MirrorSettings
-from mirrorline.ports import GRPC_PORTS, METRICS_PORTS
+from mirrorline.ports import GRPC_PORTS, METRICS_PORTS, run_ports
 from mirrorline.runtime import Service, configure_logging, run_service
 
 if TYPE_CHECKING:
@@ -242,6 +242,18 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.workers < 1:
         print("mirrorline: --workers must be at least 1", file=sys.stderr)
+        return 2
+    # A service that cannot bind its port would exit with a traceback and be restarted
+    # over and over; say once, up front, which port is held and by what.
+    from mirrorline.dev.portcheck import holder, is_free
+    taken = [(use, port) for use, port in run_ports(args.workers, args.port_offset,
+                                                    spark=args.spark).items()
+             if not is_free(port, args.bind)]
+    if taken:
+        use, port = taken[0]
+        print(f"mirrorline: port {port} ({use}) on {args.bind} is in use by {holder(port)}; "
+              "stop it, or move every service's ports with --port-offset N",
+              file=sys.stderr)
         return 2
     children = [ChildSpec("controller", ("controller", *common, *ports("controller"),
                                          "--controller-id", "controller-0",

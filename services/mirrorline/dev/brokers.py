@@ -31,6 +31,8 @@ from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient
 
+from mirrorline.dev.portcheck import is_free
+
 DEFAULT_STORAGE = "memory://tansu/"
 STATE_DIR_ENV = "MIRRORLINE_STATE_DIR"
 STATE_FILE = "brokers.json"
@@ -87,17 +89,6 @@ def free_port() -> int:
         return port
 
 
-def port_is_free(port: int) -> bool:
-    """True when a listener could bind `127.0.0.1:port` now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((LOOPBACK, port))
-        except OSError:
-            return False
-        return True
-
-
 # --------------------------------------------------------------------------- start
 
 
@@ -120,7 +111,7 @@ async def start_broker(
     if not alias or any(c.isspace() or c in "/\\" for c in alias):
         raise BrokerError(f"invalid cluster alias {alias!r}")
     binary = await asyncio.to_thread(_resolve_binary)
-    if port is not None and not await asyncio.to_thread(port_is_free, port):
+    if port is not None and not await asyncio.to_thread(is_free, port):
         raise BrokerError(f"cannot start broker {alias!r}: port {port} is already in use")
     attempts = 1 if port is not None else 3
     for attempt in range(1, attempts + 1):
@@ -129,7 +120,7 @@ async def start_broker(
             return await _launch(binary, alias, chosen, storage, log_dir, detach, ready_timeout)
         except _EarlyExit:
             # Retry only when someone else grabbed the port between our pick and the bind.
-            if attempt == attempts or await asyncio.to_thread(port_is_free, chosen):
+            if attempt == attempts or await asyncio.to_thread(is_free, chosen):
                 raise
     raise AssertionError("unreachable")  # pragma: no cover
 

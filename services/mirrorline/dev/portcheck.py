@@ -14,8 +14,11 @@ from pathlib import Path
 
 
 def is_free(port: int, host: str = "127.0.0.1") -> bool:
-    """Whether a listener could bind `host:port` now."""
+    """Whether a listener could bind `host:port` now. Listeners set SO_REUSEADDR (gRPC,
+    asyncio servers, Tansu), so the check does too: a port whose last connections are
+    still in TIME_WAIT is free to them."""
     with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:
