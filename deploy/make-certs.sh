@@ -18,7 +18,7 @@
 set -eu
 DIR=${1:-.mirrorline/certs}
 DAYS=${CERT_DAYS:-825}
-HOSTS="DNS:mirrorline-service,DNS:localhost,IP:127.0.0.1,IP:::1,DNS:controller,DNS:checkpointer,DNS:configsync,DNS:replicator-0,DNS:replicator-1,DNS:spark-executor,DNS:mirrorline-controller,DNS:mirrorline-checkpointer,DNS:mirrorline-configsync,DNS:*.mirrorline-replicator,DNS:*.mirrorline.svc,DNS:*.mirrorline.svc.cluster.local${CERT_HOSTS:+,$CERT_HOSTS}"
+HOSTS="DNS:mirrorline-service,DNS:localhost,IP:127.0.0.1,IP:::1,DNS:controller,DNS:checkpointer,DNS:configsync,DNS:replicator-0,DNS:replicator-1,DNS:spark-executor,DNS:heartbeat,DNS:mirrorline-controller,DNS:mirrorline-checkpointer,DNS:mirrorline-configsync,DNS:mirrorline-heartbeat,DNS:mirrorline-spark-executor,DNS:*.mirrorline-replicator,DNS:*.mirrorline.svc,DNS:*.mirrorline.svc.cluster.local${CERT_HOSTS:+,$CERT_HOSTS}"
 mkdir -p "$DIR"
 umask 077
 cd "$DIR"
