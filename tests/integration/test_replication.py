@@ -193,3 +193,39 @@ def _without_scope(text: str) -> str:
 
 async def count(bootstrap: str, topic: str) -> int:
     return totals(await high_watermarks({"bootstrap_servers": bootstrap}, [topic])).get(topic, 0)
+
+
+async def test_a_record_above_max_request_size_stops_its_partition_only_named_exactly(
+        primary: LocalBroker, backup: LocalBroker, unique: str, tmp_path: Path) -> None:
+    """The Java producer refuses a record above `max.request.size` before sending it; so
+    does the replicator now (aiokafka's batch builder would take it), and the Spark path.
+    The local broker itself refuses no size, so the producer's limit is what refuses."""
+    topic = f"{unique}-big"
+    await create_topic(primary.bootstrap, topic, 2)
+    before = [Record(f"a{i}".encode(), key=b"k", partition=i % 2) for i in range(20)]
+    big = Record(b"x" * 40_000, key=b"big", partition=1)
+    after = [Record(f"b{i}".encode(), key=b"k", partition=i % 2) for i in range(20)]
+    await produce(primary.bootstrap, topic, before)
+    await produce(primary.bootstrap, topic, [big])
+    await produce(primary.bootstrap, topic, after)
+    config = mm2_config({"primary": primary, "backup": backup},
+                        {"primary->backup": {"topics": topic, **FAST}},
+                        backup_producer_max_request_size="20000")
+    async with replicator(config, tmp_path) as proc:
+        async def settled() -> bool:
+            status = await proc.replicator_status()
+            mine = {p.partition: p for p in status.partitions if p.source_topic == topic}
+            return (len(mine) == 2 and mine[0].next_offset == 20 and bool(mine[1].error)
+                    and mine[1].next_offset == 10)
+        await wait_for(settled, 40, "partition 0 did not finish or partition 1 did not stop")
+        status = await proc.replicator_status()
+        stopped = next(p for p in status.partitions
+                       if p.source_topic == topic and p.partition == 1)
+    assert "above max.request.size (20000)" in stopped.error
+    assert f"(flow primary->backup, topic '{topic}', partition 1, offset 10 -> " \
+           f"'primary.{topic}')" in stopped.error
+    mirrored = await consume_all(backup.bootstrap, f"primary.{topic}", expected=30)
+    assert [r.value for r in mirrored[0]] == [r.value for r in before + after
+                                              if r.partition == 0]
+    # Partition 1 holds exactly what came before the refused record, nothing after it.
+    assert [r.value for r in mirrored[1]] == [r.value for r in before if r.partition == 1]

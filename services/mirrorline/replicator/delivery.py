@@ -19,7 +19,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer, TopicPartition
 
-from mirrorline.replicator.pump import Delivered, PartitionPump
+from mirrorline.replicator.pump import Delivered, PartitionPump, oversized
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +74,10 @@ class DeliveryLoop:
             if not pump.ready(now):
                 continue
             batch = pump.build(producer)
+            refusal = oversized(batch, producer)
+            if refusal is not None:
+                pump.failed(refusal, now)
+                continue
             try:
                 future = await producer.send_batch(batch, pump.target_topic,
                                                    partition=pump.partition)

@@ -52,6 +52,23 @@ RECORD_REJECTED = (MessageSizeTooLargeError, RecordListTooLargeError, RecordTooL
                    CorruptRecordException)
 
 
+def oversized(batch: Any, producer: Any) -> MessageSizeTooLargeError | None:
+    """The refusal of a batch holding one record above the producer's `max.request.size`.
+
+    The Java producer (and so MM2, and librdkafka on the Spark path) refuses such a record
+    before sending it. aiokafka's batch builder takes a batch's first record whatever its
+    size, so without this check the replicator alone would copy it; with it, the
+    partition stops at that record on every path, named the same way."""
+    limit = getattr(producer, "_max_request_size", None)  # the producer actually sending
+    if limit is None or batch.record_count() != 1:
+        return None
+    size = batch.size()
+    if size <= limit:
+        return None
+    return MessageSizeTooLargeError(f"the record is {size} bytes, above max.request.size "
+                                    f"({limit})")
+
+
 class PumpState(enum.Enum):
     RUNNING = "running"
     PAUSED = "paused"

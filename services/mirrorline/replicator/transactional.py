@@ -47,7 +47,7 @@ from mirrorline.core.progress import encode_offset, progress_topic, source_offse
 from mirrorline.kafka.bookkeeping import _append_run
 from mirrorline.kafka.progress import read_progress
 from mirrorline.replicator.delivery import DeliveryLoop, Fetch, OnAck
-from mirrorline.replicator.pump import PartitionPump
+from mirrorline.replicator.pump import PartitionPump, oversized
 from mirrorline.v1 import offset_map_pb2
 
 log = logging.getLogger(__name__)
@@ -167,7 +167,18 @@ class TransactionalDelivery(DeliveryLoop):
         pumps = [p for p in self._pumps.values() if p.ready(now)]
         if producer is None or not pumps:
             return
-        batches = [(pump, pump.build(producer)) for pump in pumps]
+        batches = []
+        for pump in pumps:
+            batch = pump.build(producer)
+            refusal = oversized(batch, producer)
+            if refusal is not None:  # stops that partition; the round goes on without it
+                pump.failed(refusal, now)
+                continue
+            batches.append((pump, batch))
+        pumps = [pump for pump, _ in batches]
+        if not pumps:
+            self._settled.set()
+            return
         sent: list[tuple[PartitionPump, int]] = []
         committing = False
         try:
