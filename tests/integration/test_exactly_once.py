@@ -47,10 +47,12 @@ def numbered(n: int) -> tuple[bytes, bytes, list[tuple[str, bytes]]]:
     return str(n).encode(), str(n).encode().rjust(80, b"."), [("n", str(n).encode())]
 
 
-async def burst(bootstrap: str, topic: str, start: int, per_partition: int) -> int:
-    """Produce `per_partition` numbered records to every partition, fast (batched)."""
+async def burst(bootstrap: str, topic: str, start: int, per_partition: int, *,
+                batch_bytes: int = 256 * 1024) -> int:
+    """Produce `per_partition` numbered records to every partition, fast (in batches of
+    `batch_bytes`: a fetch returns at least one whole batch, however small its limit)."""
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5,
-                                max_batch_size=256 * 1024)
+                                max_batch_size=batch_bytes)
     await producer.start()
     try:
         n = start
@@ -125,17 +127,26 @@ async def test_repeated_sigkill_mid_burst_leaves_every_record_exactly_once_in_or
         primary: LocalBroker, backup: LocalBroker, unique: str, tmp_path: Path) -> None:
     topic, remote = f"{unique}-kills", f"primary.{unique}-kills"
     await create_topic(primary.bootstrap, topic, PARTITIONS)
-    config = config_for(primary, backup, topic)
+    # Small fetches (a few records each: small source batches, a small fetch limit)
+    # spread a burst's copy over a couple of seconds: on a quiet machine the whole burst
+    # was otherwise copied within the time it takes to see the first copies land, and
+    # no kill came mid-copy.
+    config = config_for(primary, backup, topic) + \
+        "primary.consumer.max.partition.fetch.bytes = 2048\n"
     produced, mid_copy = 0, 0
     for round_ in range(3):
-        produced = await burst(primary.bootstrap, topic, produced, BURST)
         copied = await target_total(backup, remote)
         async with replicator(config, tmp_path, name=f"r{round_}") as proc:
-            # Kill it as soon as the burst starts landing: batches are in flight right
-            # now, and the rest of the burst (tens of thousands) is still to be copied.
+            # The burst is produced once the replicator is up (it is ready only after
+            # copying what is already there), and it is killed as soon as the burst
+            # starts landing: batches are in flight right now, and the rest of the
+            # burst (tens of thousands) is still to be copied.
+            producing = asyncio.create_task(burst(primary.bootstrap, topic, produced, BURST,
+                                                  batch_bytes=2048))
             await grows_past(backup, remote, copied)
             await proc.signal(signal.SIGKILL)
             assert await proc.wait() == -signal.SIGKILL
+            produced = await producing
         mid_copy += await target_total(backup, remote) < produced
     assert mid_copy, "every kill came after the burst was copied: nothing was tested"
     async with replicator(config, tmp_path, name="last") as proc:
