@@ -132,9 +132,6 @@ class CheckpointerService(FlowService[FlowRunner]):
     kind = "checkpointer"
     nothing_to_do = "no enabled replication flow to checkpoint"
     verb = "checkpointed"
-    # Managed, it checkpoints every flow of the control log, whatever `--clusters` says.
-    follow_targets_only = False
-
     @functools.cached_property
     def probes(self) -> dict[str, ClusterProbe]:
         """One probe per flow target: checkpoints cannot be written while it is down."""
