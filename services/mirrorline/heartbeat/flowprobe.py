@@ -83,7 +83,11 @@ class FlowProbe:
         self.canary_reader.start()
 
     def start_audit_readers(self, app: AuditApp) -> None:
-        """One reader per side, each reading its own cluster (the app is the target's)."""
+        """One reader per side, each reading its own cluster (the app is the target's).
+        Once only: a flow that arrives while its target's app finishes starting is reached
+        both by its own join and by the app's start."""
+        if self.audit_readers:
+            return
         topics = FlowTopics()
         flow = self.flow
         for side, alias in (("source", flow.source), ("target", flow.target)):
