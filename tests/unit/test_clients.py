@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+import datetime
 import inspect
-import shutil
 import ssl
-import subprocess
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,6 +14,10 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from mirrorline.core.errors import ConfigError
 from mirrorline.kafka import _client_sasl, clients
@@ -300,22 +303,33 @@ class Pki:
     key_password: str
 
 
-def _openssl(*args: str, cwd: Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+def _self_signed(name: str) -> tuple[bytes, ec.EllipticCurvePrivateKey]:
+    """A one-day self-signed certificate (PEM) and its P-256 key."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=1))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    return cert.public_bytes(serialization.Encoding.PEM), key
 
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    if shutil.which("openssl") is None:
-        pytest.skip("openssl is not installed")
     d = tmp_path_factory.mktemp("pki")
-    ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1")
-    _openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem",
-             "-subj", "/CN=mirrorline-test-ca", cwd=d)
-    _openssl("req", "-x509", *ec, "-keyout", "client.key", "-out", "client.pem",
-             "-subj", "/CN=mirrorline-client", cwd=d)
-    _openssl("pkcs8", "-topk8", "-v2", "aes-256-cbc", "-in", "client.key",
-             "-out", "client-enc.key", "-passout", f"pass:{SECRET}", cwd=d)
+    ca_pem, _ = _self_signed("mirrorline-test-ca")
+    client_pem, client_key = _self_signed("mirrorline-client")
+    (d / "ca.pem").write_bytes(ca_pem)
+    (d / "client.pem").write_bytes(client_pem)
+    (d / "client.key").write_bytes(client_key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption()))
+    (d / "client-enc.key").write_bytes(client_key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.BestAvailableEncryption(SECRET.encode())))
     combined = d / "client-combined.pem"
     combined.write_text((d / "client-enc.key").read_text() + (d / "client.pem").read_text())
     return Pki(d / "ca.pem", d / "client.pem", d / "client.key", d / "client-enc.key",
