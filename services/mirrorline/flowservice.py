@@ -31,7 +31,7 @@ from mirrorline.core.errors import ConfigError
 from mirrorline.core.flowdefs import Definition, flow_settings
 from mirrorline.core.settings import FlowSettings, MirrorSettings
 from mirrorline.grpcserver import ServiceServer
-from mirrorline.runtime import stop_within
+from mirrorline.runtime import cancel_and_wait, stop_within
 from mirrorline.telemetry import Telemetry, setup_telemetry
 
 __all__ = ["FlowRunnerLike", "FlowService"]
@@ -182,9 +182,9 @@ class FlowService(Generic[R]):
     async def stop(self) -> None:
         """Bounded at every step: a stop never waits on a cluster that does not answer."""
         await self._grpc.set_serving(False)
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        # Cancelled until they end: a client connecting to a cluster that does not
+        # answer can swallow one cancellation.
+        await cancel_and_wait(*self._tasks)
         await stop_within(asyncio.gather(*(r.stop() for r in self.runners.values()),
                                          return_exceptions=True), 1.2, "stopping the flows")
         if self._control is not None:

@@ -8,8 +8,10 @@ import logging
 
 import pytest
 
+from mirrorline import runtime
 from mirrorline.heartbeat import retrying
-from mirrorline.heartbeat.retrying import Retrying, cancel_and_wait
+from mirrorline.heartbeat.retrying import Retrying
+from mirrorline.runtime import cancel_and_wait
 
 
 class Flaky(Retrying):
@@ -49,7 +51,7 @@ async def test_a_task_that_swallows_a_cancellation_is_cancelled_until_it_ends(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """As aiokafka's bootstrap does when cancelled while connecting: the task would carry
     on into its next attempt, and a stop awaiting it would never end."""
-    monkeypatch.setattr(retrying, "RECANCEL_S", 0.05)
+    monkeypatch.setattr(runtime, "RECANCEL_S", 0.05)
     swallowed = 0
 
     async def stubborn() -> None:

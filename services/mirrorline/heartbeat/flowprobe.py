@@ -21,7 +21,7 @@ from mirrorline.heartbeat.audit_app import AuditApp
 from mirrorline.heartbeat.audit_reader import AuditReader, FlowTopics
 from mirrorline.heartbeat.canary import CanaryReader
 from mirrorline.heartbeat.clients import cluster_kwargs
-from mirrorline.heartbeat.retrying import cancel_and_wait
+from mirrorline.runtime import cancel_and_wait
 
 if TYPE_CHECKING:
     from mirrorline.heartbeat.service import HeartbeatService

@@ -11,32 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
 from mirrorline.core.backoff import Backoff
+from mirrorline.runtime import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
 #: Longest wait between attempts, in seconds.
 MAX_BACKOFF_S = 10.0
-
-
-#: Seconds between cancellations of a task that has not ended yet.
-RECANCEL_S = 1.0
-
-
-async def cancel_and_wait(*tasks: asyncio.Task[Any]) -> None:
-    """Cancel `tasks` and wait until every one has ended, cancelling again as needed.
-
-    One cancellation is not always enough: a Kafka client connecting to a cluster that
-    does not answer can swallow it (aiokafka's bootstrap catches broad errors), and the
-    task then carries on into its retry loop -- a stop that never ends.
-    """
-    pending = {t for t in tasks if not t.done()}
-    while pending:
-        for task in pending:
-            task.cancel()
-        _done, pending = await asyncio.wait(pending, timeout=RECANCEL_S)
 
 
 class Retrying:

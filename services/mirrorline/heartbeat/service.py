@@ -36,10 +36,10 @@ from mirrorline.heartbeat.clients import cluster_kwargs
 from mirrorline.heartbeat.emitter import HeartbeatEmitter
 from mirrorline.heartbeat.flowprobe import FlowProbe
 from mirrorline.heartbeat.metrics import register_metrics
-from mirrorline.heartbeat.retrying import cancel_and_wait
 from mirrorline.heartbeat.topology import TopologyWatcher
 from mirrorline.heartbeat.verdicts import VerdictStore
 from mirrorline.kafka.reader import read_topic
+from mirrorline.runtime import cancel_and_wait
 from mirrorline.v1 import admin_pb2, admin_pb2_grpc, heartbeat_pb2, heartbeat_pb2_grpc
 
 #: A path is stale when its newest heartbeat is older than this many emit intervals ...
@@ -165,11 +165,10 @@ class HeartbeatService(FlowService[FlowProbe]):
     async def stop(self) -> None:
         """As `FlowService.stop`, but first the state apps' starts are cancelled until
         they end (an app still starting is then stopped by `stop_more`, not by its
-        cancelled start), and so are the skeleton's tasks: a Kafka client connecting to a
-        cluster that does not answer can swallow one cancellation."""
+        cancelled start)."""
         self._stopping = True
         await self._grpc.set_serving(False)
-        await cancel_and_wait(*self._tasks, *self._audit_tasks.values())
+        await cancel_and_wait(*self._audit_tasks.values())
         await super().stop()
 
     async def stop_more(self) -> None:
