@@ -16,6 +16,7 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 
 from mirrorline.core.offset_syncs import OffsetSyncPlanner
+from mirrorline.kafka.written import Written
 from mirrorline.v1 import offset_map_pb2
 
 log = logging.getLogger(__name__)
@@ -37,8 +38,7 @@ class BatchAppender:
         #: flush waits for the batches that carry what was queued before it, not for a
         #: moment when nothing is queued, which a busy flow may never reach.
         self._taken = 0
-        self._finished = 0
-        self._advanced = asyncio.Event()
+        self._finished = Written()
         self._task: asyncio.Task[None] | None = None
         self.sent = 0
 
@@ -61,12 +61,7 @@ class BatchAppender:
         pending = self._pending()
         wanted = self._taken + -(-pending // MAX_PER_BATCH)
         self.wake()
-        try:
-            async with asyncio.timeout(timeout):
-                while self._finished < wanted:
-                    self._advanced.clear()
-                    await self._advanced.wait()
-        except TimeoutError:
+        if not await self._finished.wait(wanted, timeout):
             log.warning("%d records for %s not written within %.0fs", self._pending(),
                         self.topic, timeout)
 
@@ -89,8 +84,7 @@ class BatchAppender:
                         batch = self._producer.create_batch()
                         batch.append(key=key, value=value, timestamp=None, headers=[])
                 await self._send(batch, len(items))
-                self._finished += 1
-                self._advanced.set()
+                self._finished.reached(self._taken)
 
     async def _send(self, batch: Any, count: int) -> None:
         try:

@@ -33,6 +33,7 @@ from mirrorline.core.progress import (
 )
 from mirrorline.kafka.admin import ClusterAdmin, TopicSpec
 from mirrorline.kafka.reader import read_topic
+from mirrorline.kafka.written import Written
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +57,7 @@ class ProgressStore:
         #: the saves made before it, not for a moment when nobody saves (partitions that
         #: keep copying keep saving, and such a moment may never come).
         self._saved = 0
-        self._durable = 0
-        self._advanced = asyncio.Event()
+        self._durable = Written()
         self._task: asyncio.Task[None] | None = None
         self.failures = 0
 
@@ -86,18 +86,9 @@ class ProgressStore:
             return
         wanted = self._saved
         self._wake.set()
-        try:
-            async with asyncio.timeout(timeout):
-                while self._durable < wanted:
-                    self._advanced.clear()
-                    await self._advanced.wait()
-        except TimeoutError:
+        if not await self._durable.wait(wanted, timeout):
             log.warning("progress of %d partitions not written within %.0fs; they will "
                         "replay a little after a restart", len(self._dirty), timeout)
-
-    def _made_durable(self, saves: int) -> None:
-        self._durable = max(self._durable, saves)
-        self._advanced.set()
 
     async def stop(self) -> None:
         await self.flush()
@@ -111,7 +102,7 @@ class ProgressStore:
             await self._wake.wait()
             self._wake.clear()
             if not self._dirty:  # every save so far went out in a round that succeeded
-                self._made_durable(self._saved)
+                self._durable.reached(self._saved)
                 continue
             upto = self._saved
             batch, self._dirty = self._dirty, {}
@@ -133,7 +124,7 @@ class ProgressStore:
                 await asyncio.sleep(1.0)
                 self._wake.set()
             else:
-                self._made_durable(upto)
+                self._durable.reached(upto)
 
 
 async def read_progress(target_consumer: Mapping[str, Any], source_alias: str
