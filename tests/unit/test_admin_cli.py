@@ -1,7 +1,8 @@
-"""`mirrorline admin`: rendering, argument parsing, request building and the leader redirect.
+"""`mirrorline admin`: rendering tables and JSON, and the leader redirect.
 
-Tests here are pure (messages in, text out; arguments in, requests out), except one that
-needs two controllers pointing at each other. The CLI against a real controller is tested
+Tests here are pure (messages in, text out), except one that needs two controllers
+pointing at each other. Arguments are in test_admin_cli_args.py; the offsets, failover
+and failback commands in test_admin_cli_failover.py; the CLI against a real controller
 in tests/integration/test_admin_cli_live.py.
 """
 
@@ -37,7 +38,6 @@ from mirrorline.cli.admin_format import (
 from mirrorline.cli.admin_status import CLEAR_SCREEN, watch_frame
 from mirrorline.v1 import admin_pb2, admin_pb2_grpc, flows_pb2
 
-DEFAULT_POLICY = "org.apache.kafka.connect.mirror.DefaultReplicationPolicy"
 IDENTITY_POLICY = "org.apache.kafka.connect.mirror.IdentityReplicationPolicy"
 
 
