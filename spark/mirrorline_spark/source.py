@@ -30,6 +30,7 @@ from pyspark.sql.types import StructType
 
 from mirrorline_spark import FORMAT
 from mirrorline_spark.options import SourceOptions, offset_key, parse_layout, parse_offset_key
+from mirrorline_spark.probe import EndProbe
 from mirrorline_spark.records import (
     ARROW_SCHEMA,
     CHUNK_SCHEMA_DDL,
@@ -40,8 +41,6 @@ from mirrorline_spark.records import (
 
 #: Records per consume() call and per Arrow batch.
 CHUNK = 20_000
-#: How long the driver listens for fetch responses when asked for the latest offsets.
-PROBE_S = 0.25
 #: A read task that gets nothing for this long while records are due fails, naming them.
 STALL_S = 120.0
 
@@ -76,8 +75,7 @@ class KafkaDataSource(DataSource):
 class KafkaStreamReader(DataSourceStreamReader):
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
-        self._probe: Any = None
-        self._high: dict[tuple[str, int], int] = {}
+        self._probe: EndProbe | None = None
 
     def initialOffset(self) -> dict[str, int]:
         return {offset_key(t, p): o for (t, p), o in sorted(self.options.starts.items())}
@@ -96,30 +94,9 @@ class KafkaStreamReader(DataSourceStreamReader):
         return end
 
     def high_watermarks(self, positions: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
-        """The log end of each partition, as the last fetch responses report it.
-
-        A consumer positioned at the last known end fetches for `PROBE_S`; each fetch
-        response carries the partition's high watermark, which librdkafka caches. Records
-        it happens to receive are dropped (they are read by the tasks).
-        """
-        from confluent_kafka import Consumer, TopicPartition
-
         if self._probe is None:
-            self._probe = Consumer({**self.options.kafka, "group.id": "mirrorline-spark-probe",
-                                    "enable.auto.commit": False, "fetch.wait.max.ms": 20,
-                                    "max.partition.fetch.bytes": 1024,
-                                    "enable.partition.eof": False})
-        tps = [TopicPartition(t, p, max(o, self._high.get((t, p), o)))
-               for (t, p), o in positions.items()]
-        self._probe.assign(tps)
-        deadline = time.monotonic() + PROBE_S
-        while (left := deadline - time.monotonic()) > 0:
-            self._probe.consume(num_messages=1000, timeout=left)
-        for (t, p) in positions:
-            _, high = self._probe.get_watermark_offsets(TopicPartition(t, p), cached=True)
-            if high >= 0:
-                self._high[(t, p)] = max(high, self._high.get((t, p), high))
-        return dict(self._high)
+            self._probe = EndProbe(self.options.kafka)
+        return self._probe.ends(positions)
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[KafkaRange]:
         ranges = []
