@@ -130,7 +130,7 @@ def test_every_compared_field_matters() -> None:
 def test_matched_tail_beyond_progress_avoids_the_duplicates() -> None:
     src = source(range(100, 140))
     match = match_tail(ANCHOR, copies(src[:30], 40), src)
-    point = decide("t-0", progress=110, anchor=ANCHOR, match=match)
+    point = decide("t-0", progress=110, match=match)
     assert point.verdict is Verdict.MATCHED and point.offset == 130
     assert "20 offsets beyond durable progress 110" in point.message
 
@@ -138,7 +138,7 @@ def test_matched_tail_beyond_progress_avoids_the_duplicates() -> None:
 def test_forged_progress_ahead_of_the_target_stops_the_partition() -> None:
     src = source(range(100, 160))
     match = match_tail(ANCHOR, copies(src[:20], 40), src)  # the target holds up to 119
-    point = decide("orders-1", progress=151, anchor=ANCHOR, match=match)
+    point = decide("orders-1", progress=151, match=match)
     assert point.verdict is Verdict.STOP and point.offset is None
     assert "source offset 120 is not" in point.message and "orders-1" in point.message
 
@@ -147,28 +147,27 @@ def test_progress_beyond_a_gap_is_not_mistaken_for_forgery() -> None:
     # 100..119 copied; 120..124 are transaction markers; progress 125 is the truth.
     src = source([*list(range(100, 120)), 125, 126])
     match = match_tail(ANCHOR, copies(src[:20], 40), src)
-    point = decide("t-0", progress=125, anchor=ANCHOR, match=match)
+    point = decide("t-0", progress=125, match=match)
     assert point.verdict is Verdict.MATCHED and point.offset == 125
 
 
 def test_unmatched_tail_falls_back_to_progress_loudly() -> None:
-    point = decide("t-3", progress=77, anchor=ANCHOR,
-                   match=match_tail(ANCHOR, [], source([100])))
+    point = decide("t-3", progress=77, match=match_tail(ANCHOR, [], source([100])))
     assert point.verdict is Verdict.FALLBACK and point.offset == 77
     assert "t-3" in point.message and "durable progress 77" in point.message
 
 
 def test_no_anchor_uses_progress() -> None:
-    point = decide("t-0", progress=5, anchor=None, match=None)
+    point = decide("t-0", progress=5, match=None)
     assert point.verdict is Verdict.PROGRESS and point.offset == 5 and point.message
-    fresh = decide("t-0", progress=None, anchor=None, match=None)
+    fresh = decide("t-0", progress=None, match=None)
     assert fresh.offset is None and fresh.message == ""
 
 
 def test_duplicates_are_reported_in_the_decision() -> None:
     src = source(range(100, 140))
     match = match_tail(ANCHOR, copies(src[:20] + src[18:20], 40), src)
-    point = decide("t-0", progress=None, anchor=ANCHOR, match=match)
+    point = decide("t-0", progress=None, match=match)
     assert point.offset == 120 and len(point.duplicates) == 2
     assert "holds 2 records twice" in point.message
 

@@ -8,11 +8,12 @@ order of every remote partition (one ordered stream, records in source order), s
 new owner can instead *read* what is there and continue right after it.
 
 The match starts at an **anchor**: a source record known to have landed at a target
-offset (the newest run of the offset map gives one). From there the target records up to
-the target's end are compared one by one, in order, with the source records from the
-anchor on -- position first, then key, value, headers and timestamp. The source may have
-gaps in its offsets (compaction, transaction markers): records are compared by position
-in the sequence, never by offset arithmetic.
+offset (the newest run of the offset map or the newest offset sync gives one; without
+either, `mirrorline.core.unmapped_tail` tries the remote partition's first record). From
+there the target records up to the target's end are compared one by one, in order, with
+the source records from the anchor on -- position first, then key, value, headers and
+timestamp. The source may have gaps in its offsets (compaction, transaction markers):
+records are compared by position in the sequence, never by offset arithmetic.
 
 What the target can hold after the anchor, and how each case is recognised:
 * the next source record -- copied; the resume point moves past it;
@@ -232,14 +233,15 @@ class ResumePoint:
     target_end: int | None = None
 
 
-def decide(where: str, *, progress: int | None, anchor: Anchor | None,
-           match: TailMatch | None) -> ResumePoint:
+def decide(where: str, *, progress: int | None, match: TailMatch | None) -> ResumePoint:
     """Combine durable progress (next offset to copy) with the tail match of partition
-    `where` ("topic-partition", for messages). Never an offset that skips a record."""
-    if anchor is None or match is None:
+    `where` ("topic-partition", for messages; `match` None: nothing was matched, there is
+    no mapped point and nothing on the target to match from). Never an offset that skips
+    a record."""
+    if match is None:
         note = (f"{where}: no exactly mapped point on the target to match from (nothing "
-                "in the offset map or the newest offset syncs); starting from durable "
-                "progress"
+                "in the offset map or the newest offset syncs, and no record in the remote "
+                "partition); starting from durable progress"
                 if progress is not None else "")
         return ResumePoint(progress, Verdict.PROGRESS, note)
     if not match.ok:

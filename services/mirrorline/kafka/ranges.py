@@ -5,7 +5,8 @@ N records". "The end" is the high watermark carried by fetch responses, never a
 ListOffsets(latest) answer (some Kafka-compatible brokers get that wrong). Each range
 stops at its end, at its record limit, or -- reported per partition, not raised -- when
 its start no longer exists (OFFSET_OUT_OF_RANGE), so one bad partition never hides the
-answers for the others.
+answers for the others. A range may also start at `FIRST`, the partition's first readable
+record (its log start may lie beyond 0 after retention or a deletion).
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ from aiokafka.errors import OffsetOutOfRangeError
 from mirrorline.kafka.records import Record
 from mirrorline.kafka.watermarks import high_watermarks
 
+#: A range start meaning "the partition's first readable record, wherever its log starts".
+FIRST = -2
+
 
 @dataclass
 class Range:
@@ -35,6 +39,8 @@ class Range:
     error: str = ""
     #: More records exist beyond `limit`.
     truncated: bool = False
+    #: The partition does not exist (its topic is missing or has fewer partitions).
+    missing: bool = False
 
     @property
     def position(self) -> int:
@@ -58,6 +64,10 @@ async def read_ranges(consumer_kwargs: Mapping[str, Any], ranges: Mapping[TopicP
         r.end = end
         if end is None:
             r.error = f"partition {tp.partition} of {tp.topic!r} not found"
+            r.missing = True
+        elif r.start == FIRST:
+            if end > 0 and r.limit > 0:
+                open_[tp] = r
         elif r.start > end:
             r.error = f"offset {r.start} is beyond the end of the partition ({end})"
         elif r.start < end and r.limit > 0:
@@ -77,12 +87,15 @@ async def read_ranges(consumer_kwargs: Mapping[str, Any], ranges: Mapping[TopicP
 
 async def _read(consumer: AIOKafkaConsumer, open_: dict[TopicPartition, Range],
                 deadline: float) -> None:
-    def reassign() -> None:
+    async def reassign() -> None:
         consumer.assign(list(open_))
         for tp, r in open_.items():
-            consumer.seek(tp, r.position)
+            if r.position == FIRST:
+                await consumer.seek_to_beginning(tp)
+            else:
+                consumer.seek(tp, r.position)
 
-    reassign()
+    await reassign()
     while open_:
         if time.monotonic() > deadline:
             for r in open_.values():
@@ -99,7 +112,7 @@ async def _read(consumer: AIOKafkaConsumer, open_: dict[TopicPartition, Range],
                 for r in open_.values():
                     r.error = f"offset out of range: {exc!r}"
                 return
-            reassign()
+            await reassign()
             continue
         for tp, records in batches.items():
             if tp not in open_:
@@ -122,3 +135,15 @@ async def _read(consumer: AIOKafkaConsumer, open_: dict[TopicPartition, Range],
                     r.truncated = True
                 del open_[tp]
                 consumer.pause(tp)
+
+
+async def read_or_note(kwargs: Mapping[str, Any], ranges: Mapping[TopicPartition, Range],
+                       timeout: float, side: str) -> None:
+    """`read_ranges`, except that a cluster that cannot be read marks every range with the
+    reason instead of raising: a tail that cannot be read is a tail that cannot be
+    matched. `side` ("source", "target") names the cluster in that reason."""
+    try:
+        await read_ranges(kwargs, ranges, timeout=timeout)
+    except Exception as exc:  # unreachable cluster: every range unread, not fatal
+        for r in ranges.values():
+            r.error = r.error or f"cannot read the {side}: {exc!r}"

@@ -8,6 +8,10 @@ mapped point (the newest offset-map run) to the target's end and the same number
 records from the mapped source offset, and lets `mirrorline.core.tail_match` decide.
 
 The mapped point is the newest of the offset map's last run and the newest offset sync.
+A partition without one (its first copies landed, the owner crashed before anything mapped
+them) is matched from the remote partition's start instead, against the source from where
+the owner would start anyway (`mirrorline.core.unmapped_tail`, read by
+`mirrorline.kafka.unmapped_tail`).
 Cost is bounded: the target tail holds what was acknowledged since that point (about
 `offset.lag.max` records with offset syncs on, up to a second of copying without) plus
 what was in flight; a tail longer than
@@ -16,6 +20,7 @@ what was in flight; a tail longer than
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Mapping
@@ -32,8 +37,10 @@ from mirrorline.core.tail_match import (
     decide,
     match_tail,
 )
+from mirrorline.core.unmapped_tail import UnmappedStart, unmapped_start
 from mirrorline.core.wire import OffsetSync
-from mirrorline.kafka.ranges import Range, read_ranges
+from mirrorline.kafka.ranges import Range, read_or_note
+from mirrorline.kafka.unmapped_tail import match_unmapped
 
 log = logging.getLogger(__name__)
 
@@ -62,46 +69,58 @@ async def resume_points(*, source_consumer: Mapping[str, Any],
                         partitions: Mapping[TopicPartition, str],
                         progress: Mapping[tuple[str, int], int],
                         offset_syncs: Mapping[tuple[str, int], OffsetSync] | None = None,
+                        reset: str | None = None,
                         timeout: float = 15.0) -> dict[TopicPartition, ResumePoint]:
     """Start point of each source partition in `partitions` (-> its remote topic).
 
     `progress`: durable next offset per (topic, partition); `offset_map` and
     `offset_syncs` (newest per partition, `mirrorline.kafka.sync_tail`): as current as the
-    caller can make them. Never raises for one partition's trouble: a tail that cannot be
-    read is a tail that cannot be matched.
+    caller can make them; `reset`: the source consumer's ``auto.offset.reset``, to match
+    partitions without a mapped point from the remote partition's start (None: do not).
+    Never raises for one partition's trouble: a tail that cannot be read is a tail that
+    cannot be matched.
     """
-    started = time.monotonic()
     syncs = offset_syncs or {}
     anchors = {tp: a for tp in partitions
                if (a := anchor_for(offset_map, syncs, tp.topic, tp.partition)) is not None}
+    unmapped: dict[TopicPartition, tuple[str, UnmappedStart]] = {}
+    if reset is not None:
+        for tp in partitions:
+            start = unmapped_start(progress.get((tp.topic, tp.partition)), reset)
+            if tp not in anchors and start is not None:
+                unmapped[tp] = (partitions[tp], start)
+    matches, from_start = await asyncio.gather(
+        _mapped(source_consumer, target_consumer, anchors, partitions, timeout),
+        match_unmapped(source_consumer=source_consumer, target_consumer=target_consumer,
+                       partitions=unmapped, bound=MAX_TAIL_RECORDS, timeout=timeout))
+    points: dict[TopicPartition, ResumePoint] = {}
+    for tp in partitions:
+        match = matches[tp] if tp in anchors else from_start.get(tp)
+        points[tp] = decide(f"{tp.topic}-{tp.partition}",
+                            progress=progress.get((tp.topic, tp.partition)), match=match)
+    return points
+
+
+async def _mapped(source_consumer: Mapping[str, Any], target_consumer: Mapping[str, Any],
+                  anchors: Mapping[TopicPartition, Anchor],
+                  partitions: Mapping[TopicPartition, str],
+                  timeout: float) -> dict[TopicPartition, TailMatch]:
+    """Match the tails of the partitions with a mapped point, from that point."""
+    if not anchors:
+        return {}
+    started = time.monotonic()
     targets = {tp: Range(a.target_offset, MAX_TAIL_RECORDS + 1) for tp, a in anchors.items()}
-    await _read(target_consumer, {TopicPartition(partitions[tp], tp.partition): r
-                                  for tp, r in targets.items()}, timeout, "target")
+    await read_or_note(target_consumer, {TopicPartition(partitions[tp], tp.partition): r
+                                         for tp, r in targets.items()}, timeout, "target")
     target_read = time.monotonic()
     sources = {tp: Range(anchors[tp].source_offset, len(r.records) + 1)
                for tp, r in targets.items()
                if not r.error and not r.truncated and r.records}
-    await _read(source_consumer, sources, timeout, "source")
-    points: dict[TopicPartition, ResumePoint] = {}
-    for tp in partitions:
-        anchor = anchors.get(tp)
-        saved = progress.get((tp.topic, tp.partition))
-        match = None if anchor is None else _match(anchor, targets[tp], sources.get(tp))
-        points[tp] = decide(f"{tp.topic}-{tp.partition}", progress=saved, anchor=anchor,
-                            match=match)
-    if anchors:
-        log.debug("tails of %d partitions: target read %.3fs, source read and match %.3fs",
-                  len(anchors), target_read - started, time.monotonic() - target_read)
-    return points
-
-
-async def _read(kwargs: Mapping[str, Any], ranges: Mapping[TopicPartition, Range],
-                timeout: float, side: str) -> None:
-    try:
-        await read_ranges(kwargs, ranges, timeout=timeout)
-    except Exception as exc:  # unreachable cluster: every tail is unmatched, not fatal
-        for r in ranges.values():
-            r.error = r.error or f"cannot read the {side}: {exc!r}"
+    await read_or_note(source_consumer, sources, timeout, "source")
+    matches = {tp: _match(a, targets[tp], sources.get(tp)) for tp, a in anchors.items()}
+    log.debug("tails of %d partitions: target read %.3fs, source read and match %.3fs",
+              len(anchors), target_read - started, time.monotonic() - target_read)
+    return matches
 
 
 def _match(anchor: Anchor, target: Range, source: Range | None) -> TailMatch:

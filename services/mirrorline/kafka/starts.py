@@ -4,8 +4,9 @@ Every component that starts copying a partition -- the replicator at process sta
 a hand-over between workers, the Spark executor on a hand-over to or from it -- asks a
 `StartPlanner` (one per flow, kept for the owner's life so the offset map is read
 incrementally). It gathers the exactly mapped points (the offset map, the newest offset
-syncs), lets `mirrorline.kafka.resume` match the target's tails against the source, and
-applies `auto.offset.reset` where nothing is known.
+syncs), lets `mirrorline.kafka.resume` match the target's tails against the source (from
+the remote partition's start where nothing maps it yet), and applies `auto.offset.reset`
+where nothing is known.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from mirrorline.core.bad_records import BadRecords
 from mirrorline.core.tail_match import ResumePoint, Verdict
+from mirrorline.core.unmapped_tail import starts_at_source_start
 from mirrorline.core.wire import OffsetSync
 from mirrorline.kafka.offset_map_reader import OffsetMapFollower
 from mirrorline.kafka.resume import log_resume_point, resume_points
@@ -66,7 +68,8 @@ class StartPlanner:
         points = await resume_points(source_consumer=self._source,
                                      target_consumer=self._target,
                                      offset_map=self._follower.map, partitions=partitions,
-                                     progress=progress, offset_syncs=newest)
+                                     progress=progress, offset_syncs=newest,
+                                     reset=self._reset)
         log.info("%s: start offsets of %d partitions from the target's tails in %.2fs "
                  "(mapped points %.2fs, tails %.2fs)", self.flow, len(partitions),
                  time.monotonic() - started, read_at - started, time.monotonic() - read_at)
@@ -106,10 +109,10 @@ class StartPlanner:
         fresh = [tp for tp, p in points.items() if p.offset is None]
         reset: dict[TopicPartition, int] = {}
         if fresh:
-            if self._reset.lower() == "latest":
-                reset = await self._consumer.end_offsets(fresh)
-            else:
+            if starts_at_source_start(self._reset):
                 reset = await self._consumer.beginning_offsets(fresh)
+            else:
+                reset = await self._consumer.end_offsets(fresh)
         out: dict[TopicPartition, Start] = {}
         for tp, point in points.items():
             offset = point.offset if point.offset is not None else reset[tp]
