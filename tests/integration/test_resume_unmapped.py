@@ -16,6 +16,7 @@ import pytest
 from helpers import Consumed, Record, consume_all, create_topic, produce, wait_for
 from procs import mm2_config, replicator
 
+from mirrorline.core.progress import encode_offset, progress_topic, source_offset_key
 from mirrorline.dev.brokers import LocalBroker
 
 pytestmark = pytest.mark.integration
@@ -63,6 +64,21 @@ async def test_first_copies_without_a_mapped_point_are_not_copied_again(
         f"{len(target) - len(source)} extra records on the target: the first copies "
         "were copied again")
     assert f"{topic}-0: resuming at source offset 4" in log
+
+
+async def test_copies_after_durable_progress_without_a_mapped_point_are_not_repeated(
+        primary: LocalBroker, backup: LocalBroker, unique: str, tmp_path: Path) -> None:
+    """Durable progress: 0..4 copied (MM2 stores offset 4, the last one); the crashed owner's
+    first copies, 5..8, are in the remote partition with nothing mapping them."""
+    topic = f"{unique}-unmapped-progress"
+    source = await source_records(primary, topic)
+    await produce(backup.bootstrap, progress_topic("primary"), [
+        Record(encode_offset(4), key=source_offset_key("primary", topic, 0))])
+    await create_topic(backup.bootstrap, f"primary.{topic}", 1)
+    await produce(backup.bootstrap, f"primary.{topic}", [Record.of(r) for r in source[5:9]])
+    target, log = await mirrored(primary, backup, topic, tmp_path, source[-1].value)
+    assert content(target) == content(source[5:]), "records after progress copied twice"
+    assert f"{topic}-0: resuming at source offset 9" in log
 
 
 async def test_a_foreign_record_in_the_remote_topic_falls_back_to_copy_everything(
