@@ -40,6 +40,7 @@ def test_first_copies_of_a_fresh_partition_are_not_copied_again() -> None:
     assert match.target_end == 5 and match.last_target_offset == 4
     point = decide("orders-0", progress=None, match=match)
     assert point.verdict is Verdict.MATCHED and point.offset == 5 and point.target_end == 5
+    assert "matched from the remote partition's start" in point.message
 
 
 def test_an_empty_remote_partition_leaves_the_start_as_it_was() -> None:

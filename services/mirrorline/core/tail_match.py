@@ -101,6 +101,8 @@ class TailMatch:
     next_source_offset: int | None = None
     #: One past the last target record read: where this owner's copies continue.
     target_end: int | None = None
+    #: What the match started from (the anchor's basis), for messages.
+    basis: str = ""
 
     @property
     def ok(self) -> bool:
@@ -163,7 +165,7 @@ def match_tail(anchor: Anchor, target: Sequence[Comparable],
     return TailMatch(source[high - 1].offset + 1, matched=high, duplicates=tuple(duplicates),
                      last_target_offset=last_target,
                      next_source_offset=source[high].offset if high < len(source) else None,
-                     target_end=target[-1].offset + 1)
+                     target_end=target[-1].offset + 1, basis=anchor.basis)
 
 
 def _locate(t: Comparable, source: Sequence[Comparable], expect: int, high: int) -> int | None:
@@ -271,6 +273,8 @@ def decide(where: str, *, progress: int | None, match: TailMatch | None) -> Resu
         resume = progress  # only offsets without records lie in between
     gained = "" if progress is None or resume == progress else \
         f" ({resume - progress} offsets beyond durable progress {progress} already there)"
+    basis = f" (matched from the {match.basis})" if match.basis else ""
     return ResumePoint(resume, Verdict.MATCHED,
                        f"{where}: resuming at source offset {resume}, right after the last "
-                       f"record on the target{gained}{dup}", match.duplicates, match.target_end)
+                       f"record on the target{gained}{basis}{dup}", match.duplicates,
+                       match.target_end)

@@ -52,7 +52,7 @@ class UnmappedStart:
 
     def describe(self) -> str:
         if self.offset is None:
-            return "the source's first record (auto.offset.reset, no durable progress)"
+            return "the source's start (auto.offset.reset, no durable progress)"
         return f"durable progress {self.offset}"
 
 
