@@ -24,9 +24,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from mirrorline_spark.probe import EndProbe
+
 from bench.common import create_topics, delete_topics
 from mirrorline.dev.brokers import start_broker, stop_broker_async
-from mirrorline_spark.probe import EndProbe
 
 PARTITIONS = 4
 TRIGGER_S = 0.2
