@@ -1,13 +1,14 @@
 """`python -m bench.probe`: how long the Spark source's log-end probe takes per micro-batch.
 
 `EndProbe.ends` answers the source's `latestOffset` on the driver before every
-micro-batch, so its time is added to each one. One local cluster, a 4-partition topic
-and a 1-partition topic; the probe is asked about all five partitions, `--calls` times
-per case, about as often as the executor's trigger (every 200 ms):
+micro-batch, so its time is added to each one. One local cluster, a topic of
+`--partitions` partitions (4) and a 1-partition topic; the probe is asked about all of
+them, `--calls` times per case, about as often as the executor's trigger (every 200 ms),
+each time from where its previous answer ended (as the source asks):
 
 * idle: nothing is produced, every partition sits at its end;
-* flowing: before each call `--batch` records go to each partition of the 4-partition
-  topic (flushed, so they are in the log), the other topic stays idle.
+* flowing: before each call `--batch` records go to each partition of the first topic
+  (flushed, so they are in the log), the other topic stays idle.
 
 It reports the median, 90th percentile and largest time of one call, and how many
 answers missed the end the producer had reached (should be none: the probe waits for
@@ -29,16 +30,15 @@ from mirrorline_spark.probe import EndProbe
 from bench.common import create_topics, delete_topics
 from mirrorline.dev.brokers import start_broker, stop_broker_async
 
-PARTITIONS = 4
 TRIGGER_S = 0.2
 
 
-def _measure(bootstrap: str, flowing: str, idle: str, calls: int, batch: int,
-             produce: bool) -> tuple[list[float], int]:
+def _measure(bootstrap: str, flowing: str, idle: str, partitions: int, calls: int,
+             batch: int, produce: bool) -> tuple[list[float], int]:
     from confluent_kafka import Producer
 
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-    ends = {(flowing, p): 0 for p in range(PARTITIONS)} | {(idle, 0): 0}
+    ends = {(flowing, p): 0 for p in range(partitions)} | {(idle, 0): 0}
     probe = EndProbe({"bootstrap.servers": bootstrap})
     times, missed = [], 0
     try:
@@ -46,7 +46,7 @@ def _measure(bootstrap: str, flowing: str, idle: str, calls: int, batch: int,
         positions = {tp: 0 for tp in ends} | probe.ends(dict(ends))  # connects: not timed
         for _ in range(calls):
             if produce:
-                for p in range(PARTITIONS):
+                for p in range(partitions):
                     for _ in range(batch):
                         producer.produce(flowing, b"v" * 100, partition=p)
                     ends[(flowing, p)] += batch
@@ -73,6 +73,8 @@ async def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.probe",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=50, help="calls per case")
+    parser.add_argument("--partitions", type=int, default=4,
+                        help="partitions of the topic records flow into")
     parser.add_argument("--batch", type=int, default=500,
                         help="records per partition before each flowing call")
     args = parser.parse_args()
@@ -80,13 +82,14 @@ async def main() -> None:
         broker = await start_broker("primary", log_dir=Path(tmp))
         try:
             flowing, idle = f"probe-{secrets.token_hex(3)}", f"probe-idle-{secrets.token_hex(3)}"
-            await create_topics(broker.bootstrap, [flowing], PARTITIONS)
+            await create_topics(broker.bootstrap, [flowing], args.partitions)
             await create_topics(broker.bootstrap, [idle], 1)
             print(f"{'case':<10} {'calls':>5} {'median ms':>10} {'p90 ms':>8} {'max ms':>8} "
                   f"{'missed':>7}")
             for case, produce in (("idle", False), ("flowing", True)):
                 times, missed = await asyncio.to_thread(
-                    _measure, broker.bootstrap, flowing, idle, args.calls, args.batch, produce)
+                    _measure, broker.bootstrap, flowing, idle, args.partitions, args.calls,
+                    args.batch, produce)
                 _report(case, times, missed)
             await delete_topics(broker.bootstrap, [flowing, idle])
         finally:
