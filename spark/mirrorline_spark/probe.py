@@ -7,15 +7,17 @@ partition from its last known end and reads the high watermark librdkafka caches
 responses.
 
 Asked at every micro-batch, the probe answers as soon as each partition has been in a
-fetch response that arrived after the question, and no later than `PROBE_S`. A partition
-has, once the consumer receives either one of its records (the response that carried the
-record carried the high watermark too) or its end-of-partition event: librdkafka emits
-that when a fetch at the position it was asked for finds nothing beyond it, i.e. when the
-response's high watermark (the log end, the consumer reading uncommitted) is that
-position. Each assignment starts fetching afresh with a new version and drops what older
-fetches return, so neither event can come from a response to an earlier question. An
-idle partition thus costs one fetch the broker holds for `FETCH_WAIT_MS`; one with new
-records costs a round trip.
+fetch response that arrived after the question, and no later than `PROBE_S`. Two events
+show that for a partition: one of its records (the response that carried it carried the
+high watermark too), or its end-of-partition event, which librdkafka emits when a fetch
+finds nothing beyond the position it asked for, i.e. when the response's high watermark
+is that position (the consumer reads uncommitted, so that is the log end and not the last
+stable offset). Each assignment makes librdkafka fetch afresh under a new version and drop
+whatever older fetches return, so neither event can come from a response to an earlier
+question. An idle partition thus costs one fetch the broker holds for `FETCH_WAIT_MS`,
+one with new records a round trip. (librdkafka's statistics, emitted on a timer, give a
+partition's cached watermarks and a broker's response counts, but not when a partition
+was last in a response, so they cannot tell the same.)
 """
 
 from __future__ import annotations
@@ -57,11 +59,12 @@ class EndProbe:
 
         if not positions:
             return {}
+        deadline = time.monotonic() + PROBE_S
         consumer = self._open()
         consumer.assign([TopicPartition(t, p, self._high.get((t, p), o))
                          for (t, p), o in positions.items()])
         try:
-            self._await_responses(consumer, set(positions), time.monotonic() + PROBE_S)
+            self._await_responses(consumer, set(positions), deadline)
             for (t, p) in positions:
                 _, high = consumer.get_watermark_offsets(TopicPartition(t, p), cached=True)
                 if high >= 0:
