@@ -42,6 +42,8 @@ ROOT = Path(__file__).resolve().parents[2]
 RUNNING = flows_pb2.PARTITION_STATE_RUNNING
 ERROR = flows_pb2.PARTITION_STATE_ERROR
 EXECUTOR = "spark:0"
+#: The executor's one streaming query.
+QUERY = "mirrorline_spark_0"
 WORKER = "replicator-0"
 #: The target of the pinned flow takes records up to this size (max.request.size).
 LIMIT = 20_000
@@ -296,6 +298,14 @@ async def test_offload_follows_sustained_load_and_backlog_and_hands_back_when_ca
 
     await wait_for(lambda: offloaded(l_topic, 5, 100), 120,
                    f"sustained load did not offload the partition\n{run.tail()}", interval=0.3)
+    # One query copies everything the executor owns, of every flow.
+    pinned, loaded = "->".join(run.pinned[:2]), "->".join(run.load[:2])
+
+    async def one_query() -> bool:
+        starts = [line for line in run.log.read_text(errors="replace").splitlines()
+                  if "Spark query copies" in line]
+        return bool(starts) and f"{pinned}: " in starts[-1] and f"{loaded}: " in starts[-1]
+    await wait_for(one_query, 30, f"no query copies both flows\n{run.tail()}", interval=0.3)
     await wait_for(lambda: offloaded(b_topic, 3000, 10), 180,
                    f"a backlog did not offload the partition\n{run.tail()}", interval=0.2)
     await run.wait_owned(b_topic, [0], WORKER, "the caught-up partition did not come back",
@@ -317,7 +327,7 @@ async def test_a_failing_spark_query_hands_its_partitions_back_and_status_says_w
     source, target, topic = run.pinned
     remote = f"{source}.{topic}"
     await run.wait_owned(topic, [0], EXECUTOR, "partition 0 is not on the executor")
-    checkpoints = glob.glob(str(run.tmp / f"mirrorline-spark-mirrorline_{source}->{target}-*"))
+    checkpoints = glob.glob(str(run.tmp / f"mirrorline-spark-{QUERY}-*"))
     assert checkpoints, os.listdir(run.tmp)
     for path in checkpoints:
         shutil.rmtree(path)
@@ -327,8 +337,9 @@ async def test_a_failing_spark_query_hands_its_partitions_back_and_status_says_w
                          timeout=60)
 
     async def said() -> bool:
-        return any(p.executor_id == EXECUTOR and f"Spark query of {source}->{target} failed"
-                   in p.problem for p in (await run.status()).spark_problems)
+        return any(p.executor_id == EXECUTOR and f"Spark query {QUERY} (flows " in p.problem
+                   and f"{source}->{target}" in p.problem
+                   for p in (await run.status()).spark_problems)
     await wait_for(said, 30, "status does not say why the executor gave partitions back")
     cli = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "mirrorline", "admin", "--server", run.server, "status",
@@ -337,8 +348,9 @@ async def test_a_failing_spark_query_hands_its_partitions_back_and_status_says_w
                  MIRRORLINE_CERT=str(run.certs / "viewer.pem"),
                  MIRRORLINE_KEY=str(run.certs / "viewer.key")))
     out = (await asyncio.wait_for(cli.communicate(), 60))[0].decode()
-    assert re.search(rf"^{EXECUTOR} gave its partitions back to the workers: Spark query of "
-                     rf"{re.escape(source)}->{re.escape(target)} failed: ", out, re.M), out
+    assert re.search(rf"^{EXECUTOR} gave its partitions back to the workers: Spark query "
+                     rf"{QUERY} \(flows [^)]*{re.escape(source)}->{re.escape(target)}[^)]*\) "
+                     rf"failed: ", out, re.M), out
     # Nothing lost: the worker goes on from the executor's recorded progress.
     mirrored = await consume_all(backup.bootstrap, remote, expected=50 + 30,
                                  timeout=120)
