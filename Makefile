@@ -38,6 +38,7 @@ bench: install
 	$(BIN)/python -m bench
 	$(BIN)/python -m bench.control_plane
 	$(BIN)/python -m bench.resume
+	$(BIN)/python -m bench.probe
 	$(BIN)/python -m bench.patterns
 
 # A local CA, service and client certificates and tokens for the gRPC APIs (openssl).

@@ -42,6 +42,8 @@ class PartitionAcks:
     #: When the writer task first saw this partition's records (ms since the epoch): the
     #: reference of MM2's record age (the replicator measures it at fetch).
     fetched_ms: float = -1.0
+    #: The flow the partition is copied for (a query may copy several).
+    flow: str = ""
 
     @property
     def records(self) -> int:

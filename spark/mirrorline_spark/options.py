@@ -1,4 +1,10 @@
-"""The options the source and the sink take (strings, as Spark passes them)."""
+"""The options the source and the sink take (strings, as Spark passes them).
+
+One query can copy from several source clusters to several targets: it has *feeds*, each
+one flow's partitions with the source's and the target's client settings. Feed `i` of
+the source is feed `i` of the sink; the chunk rows between them carry the index. A query
+of one feed may give `kafka`, `partitions` and `topics` directly instead of `feeds`.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,9 @@ from typing import Any
 #: Records per partition and micro-batch at most: bounds memory and the replay after a
 #: crash (a micro-batch that was written but not yet recorded is copied again).
 DEFAULT_MAX_RECORDS = 200_000
+
+#: (feed, topic, partition): a source partition of a query.
+SourceKey = tuple[int, str, int]
 
 
 def _json(options: Mapping[str, str], key: str, default: Any = None) -> Any:
@@ -24,12 +33,34 @@ def _json(options: Mapping[str, str], key: str, default: Any = None) -> Any:
         raise ValueError(f"option {key!r} is not valid JSON: {exc}") from None
 
 
+def _feeds(options: Mapping[str, str]) -> list[Mapping[str, Any]]:
+    """The `feeds` option, or the one feed the top-level options describe."""
+    if "feeds" not in options:
+        return [{k: _json(options, k) for k in ("kafka", "partitions", "topics")
+                 if k in options} | {"flow": options.get("flow", "")}]
+    feeds = _json(options, "feeds")
+    if not isinstance(feeds, list) or not feeds or not all(isinstance(f, dict) for f in feeds):
+        raise ValueError("option 'feeds' must be a non-empty JSON list of objects")
+    return feeds
+
+
+def _field(feed: Mapping[str, Any], index: int, key: str) -> Any:
+    if key not in feed:
+        raise ValueError(f"feed {index}: {key!r} is required")
+    return feed[key]
+
+
 @dataclass(frozen=True)
-class SourceOptions:
+class SourceFeed:
     #: librdkafka settings of the source cluster.
     kafka: dict[str, str]
     #: (topic, partition) -> first offset to read.
     starts: dict[tuple[str, int], int]
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    feeds: tuple[SourceFeed, ...]
     max_records: int
     #: A file whose existence means "plan no more data" (the executor drains the query).
     drain_file: str | None
@@ -38,38 +69,59 @@ class SourceOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
-        starts = {(str(t), int(p)): int(o) for t, p, o in _json(options, "partitions")}
-        return cls(kafka=dict(_json(options, "kafka")), starts=starts,
+        feeds = tuple(
+            SourceFeed(kafka=dict(_field(f, i, "kafka")),
+                       starts={(str(t), int(p)): int(o)
+                               for t, p, o in _field(f, i, "partitions")})
+            for i, f in enumerate(_feeds(options)))
+        layout = parse_layout(options)
+        if layout == "records" and len(feeds) > 1:
+            raise ValueError("layout 'records' carries no feed: a query of several feeds "
+                             "needs layout 'chunks'")
+        return cls(feeds=feeds,
                    max_records=int(options.get("maxRecordsPerPartition", DEFAULT_MAX_RECORDS)),
-                   drain_file=options.get("drainFile"),
-                   layout=parse_layout(options))
+                   drain_file=options.get("drainFile"), layout=layout)
+
+    @property
+    def starts(self) -> dict[SourceKey, int]:
+        return {(i, t, p): o for i, feed in enumerate(self.feeds)
+                for (t, p), o in feed.starts.items()}
 
 
 @dataclass(frozen=True)
-class SinkOptions:
+class SinkFeed:
     #: librdkafka settings of the target cluster.
     kafka: dict[str, str]
     #: source topic -> remote topic.
     topics: dict[str, str]
+    #: The flow's name, for errors that name a record (as the replicator's do) and for
+    #: the executor to know whose acknowledgements these are.
+    flow: str = ""
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    feeds: tuple[SinkFeed, ...]
     #: Unix socket of the executor that records what was acknowledged (optional).
     ack_socket: str | None
-    #: The flow's name, for errors that name a record (as the replicator's do).
-    flow: str = ""
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
-        return cls(kafka=dict(_json(options, "kafka")), topics=dict(_json(options, "topics")),
-                   ack_socket=options.get("ackSocket"), flow=options.get("flow", ""))
+        feeds = tuple(SinkFeed(kafka=dict(_field(f, i, "kafka")),
+                               topics=dict(_field(f, i, "topics")), flow=str(f.get("flow", "")))
+                      for i, f in enumerate(_feeds(options)))
+        return cls(feeds=feeds, ack_socket=options.get("ackSocket"))
 
 
-def offset_key(topic: str, partition: int) -> str:
-    """Micro-batch offsets are {"<partition>:<topic>": next offset} (topics may hold ':')."""
-    return f"{partition}:{topic}"
+def offset_key(feed: int, topic: str, partition: int) -> str:
+    """Micro-batch offsets are {"<feed>:<partition>:<topic>": next offset} (topics may
+    hold ':')."""
+    return f"{feed}:{partition}:{topic}"
 
 
-def parse_offset_key(key: str) -> tuple[str, int]:
-    partition, _, topic = key.partition(":")
-    return topic, int(partition)
+def parse_offset_key(key: str) -> SourceKey:
+    feed, partition, topic = key.split(":", 2)
+    return int(feed), topic, int(partition)
 
 
 def parse_layout(options: Mapping[str, str]) -> str:

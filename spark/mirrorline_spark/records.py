@@ -17,10 +17,13 @@ HEADER = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())
 #: The executor's layout: one Spark row per chunk of records, the records inside as an
 #: Arrow IPC stream (ARROW_SCHEMA). Spark then moves a few large values per micro-batch
 #: instead of converting every record to a JVM row and back, which is what bounds the
-#: per-record layout's throughput.
-CHUNK_SCHEMA_DDL = "topic string, partition int, first_offset long, records long, batch binary"
+#: per-record layout's throughput. `feed` says which of the query's feeds (source and
+#: target clusters) the records belong to.
+CHUNK_SCHEMA_DDL = ("feed int, topic string, partition int, first_offset long, records long, "
+                    "batch binary")
 
 CHUNK_ARROW_SCHEMA = pa.schema([
+    pa.field("feed", pa.int32()),
     pa.field("topic", pa.string()),
     pa.field("partition", pa.int32()),
     pa.field("first_offset", pa.int64()),
@@ -39,22 +42,24 @@ ARROW_SCHEMA = pa.schema([
 ])
 
 
-def to_chunk(batch: pa.RecordBatch, topic: str, partition: int) -> pa.RecordBatch:
+def to_chunk(batch: pa.RecordBatch, feed: int, topic: str, partition: int) -> pa.RecordBatch:
     """One chunk row holding `batch` (records of one partition) as an Arrow IPC stream."""
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, batch.schema) as writer:
         writer.write_batch(batch)
     first = batch.column(2)[0].as_py() if batch.num_rows else -1
     return pa.RecordBatch.from_arrays([
-        pa.array([topic], pa.string()), pa.array([partition], pa.int32()),
+        pa.array([feed], pa.int32()), pa.array([topic], pa.string()),
+        pa.array([partition], pa.int32()),
         pa.array([first], pa.int64()), pa.array([batch.num_rows], pa.int64()),
         pa.array([sink.getvalue().to_pybytes()], pa.binary())], schema=CHUNK_ARROW_SCHEMA)
 
 
-def from_chunks(chunks: pa.RecordBatch) -> list[pa.RecordBatch]:
-    """The record batches inside a batch of chunk rows, in order."""
-    out: list[pa.RecordBatch] = []
-    for buffer in chunks.column(4).to_pylist():
+def from_chunks(chunks: pa.RecordBatch) -> list[tuple[int, pa.RecordBatch]]:
+    """The record batches inside a batch of chunk rows, in order, with their feeds."""
+    out: list[tuple[int, pa.RecordBatch]] = []
+    feeds = chunks.column(0).to_pylist()
+    for feed, buffer in zip(feeds, chunks.column(5).to_pylist(), strict=True):
         with pa.ipc.open_stream(pa.py_buffer(buffer)) as reader:
-            out.extend(reader)
+            out.extend((int(feed), b) for b in reader)
     return out

@@ -1,8 +1,9 @@
 """A Kafka sink for Spark Structured Streaming (Arrow batches in, librdkafka out).
 
-Every record goes to the same partition number of its remote topic with its key, value
-(null stays null), headers (order and duplicates kept) and timestamp, with acks=all and
-idempotence, so a partition's records land in their source order. A writer task
+Every record goes to the target cluster of its feed (`mirrorline_spark.options`), to the
+same partition number of its remote topic with its key, value (null stays null), headers
+(order and duplicates kept) and timestamp, with acks=all and idempotence, so a
+partition's records land in their source order. A writer task
 returns, per source partition, where each acknowledged record landed; the commit on the
 driver hands that to the executor (`mirrorline_spark.acks`), which records progress,
 offset syncs and the offset map. Nothing is recorded for a micro-batch that failed, so
@@ -104,7 +105,7 @@ class _Tracker:
             else min(len(self.downstream), self.error[0])
         acks = PartitionAcks(self.source_topic, self.partition, self.remote,
                              offset_runs(self.upstream[:acked], self.downstream[:acked]),
-                             None if self.error is None else self.error[1])
+                             None if self.error is None else self.error[1], flow=self.flow)
         if acked:  # summary of the acknowledged prefix, for metrics
             stamps = pa.chunked_array(self.stamps, pa.int64()).slice(0, acked)
             low_high = pc.min_max(stamps)
@@ -137,16 +138,24 @@ def write_batches(options: SinkOptions, batches: Iterator[pa.RecordBatch]
                   ) -> list[PartitionAcks]:
     from confluent_kafka import Producer
 
-    trackers: dict[tuple[str, int], _Tracker] = {}
-    producer = Producer({**PRODUCER_DEFAULTS, **options.kafka, **PRODUCER_FIXED})
+    trackers: dict[tuple[int, str, int], _Tracker] = {}
+    #: One producer per feed (target cluster) this task writes to; usually just one.
+    producers: dict[int, Any] = {}
     try:
-        for batch in _records(batches):
+        for feed, batch in _records(batches):
+            producer = producers.get(feed)
+            if producer is None:
+                target = options.feeds[feed]
+                producer = producers[feed] = Producer(
+                    {**PRODUCER_DEFAULTS, **target.kafka, **PRODUCER_FIXED})
             for run in _partition_runs(batch):
-                _produce(producer, run, options, trackers)
+                _produce(producer, feed, run, options, trackers)
             producer.poll(0)
-        _flush(producer, trackers)
+        for feed, producer in producers.items():
+            _flush(producer, [t for k, t in trackers.items() if k[0] == feed])
     finally:
-        producer.flush(0)
+        for producer in producers.values():
+            producer.flush(0)
     return [t.acks() for _, t in sorted(trackers.items())]
 
 
@@ -168,17 +177,19 @@ def _partition_runs(batch: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
             start = i
 
 
-def _produce(producer: Any, batch: pa.RecordBatch, options: SinkOptions,
-             trackers: dict[tuple[str, int], _Tracker]) -> None:
+def _produce(producer: Any, feed: int, batch: pa.RecordBatch, options: SinkOptions,
+             trackers: dict[tuple[int, str, int], _Tracker]) -> None:
     """Hand the records of one (topic, partition) run to librdkafka, in order."""
     topic, partition = batch.column(0)[0].as_py(), int(batch.column(1)[0].as_py())
-    remote = options.topics.get(topic)
+    target = options.feeds[feed]
+    remote = target.topics.get(topic)
     if remote is None:
-        raise ValueError(f"no remote topic given for source topic {topic!r}")
-    tracker = trackers.get((remote, partition))
+        raise ValueError(f"no remote topic given for source topic {topic!r} "
+                         f"(flow {target.flow or feed})")
+    tracker = trackers.get((feed, remote, partition))
     if tracker is None:
-        tracker = trackers[(remote, partition)] = _Tracker(topic, remote, partition,
-                                                           options.flow)
+        tracker = trackers[(feed, remote, partition)] = _Tracker(topic, remote, partition,
+                                                                 target.flow)
     if tracker.error is not None:
         return  # this partition stopped at a rejected record
     from confluent_kafka import KafkaException
@@ -239,7 +250,7 @@ def _refusal(err: Any) -> str:
     return f"{what}: {err.name()} {err.str()}"
 
 
-def _flush(producer: Any, trackers: Mapping[tuple[str, int], _Tracker]) -> None:
+def _flush(producer: Any, trackers: list[_Tracker]) -> None:
     """Wait for every delivery report; fail (nothing recorded) if none come for long."""
     last, left = time.monotonic(), len(producer)
     while left:
@@ -250,15 +261,16 @@ def _flush(producer: Any, trackers: Mapping[tuple[str, int], _Tracker]) -> None:
         elif time.monotonic() - last > FLUSH_STALL_S:
             raise RuntimeError(f"{now_left} records not acknowledged by the target within "
                                f"{FLUSH_STALL_S:.0f}s")
-    pending = sum(t.missing for t in trackers.values())
+    pending = sum(t.missing for t in trackers)
     if pending:
         raise RuntimeError(f"{pending} delivery reports missing after flush")
 
 
-def _records(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """Record batches, whichever layout the query uses (chunk rows are unpacked)."""
+def _records(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[int, pa.RecordBatch]]:
+    """(feed, record batch), whichever layout the query uses (chunk rows are unpacked;
+    the per-record layout has one feed)."""
     for batch in batches:
         if batch.schema.names == CHUNK_ARROW_SCHEMA.names:
             yield from from_chunks(batch)
         else:
-            yield batch
+            yield 0, batch

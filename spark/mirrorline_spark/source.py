@@ -1,10 +1,11 @@
 """A Kafka source for Spark Structured Streaming on the Python Data Source API.
 
 Explicitly assigned source partitions (never a consumer group), read from given start
-offsets. A micro-batch's offsets are the partitions' source offsets: `{"<p>:<topic>":
-next offset}`. Ends come from the high watermarks in fetch responses, never from
-ListOffsets(latest), which some Kafka-compatible brokers answer wrongly. Each micro-batch
-reads one Spark partition per Kafka partition and yields Arrow record batches.
+offsets, from one or several source clusters (the query's *feeds*, see
+`mirrorline_spark.options`). A micro-batch's offsets are the partitions' source offsets:
+`{"<feed>:<partition>:<topic>": next offset}`. Ends come from the high watermarks in
+fetch responses (`mirrorline_spark.probe`). Each micro-batch reads one Spark partition
+per Kafka partition and yields Arrow record batches.
 
 The start offsets are given by whoever starts the query (the executor reads them from
 durable progress); Spark's checkpoint is only a cache of them.
@@ -29,7 +30,13 @@ from pyspark.sql.streaming.datasource import ReadLimit
 from pyspark.sql.types import StructType
 
 from mirrorline_spark import FORMAT
-from mirrorline_spark.options import SourceOptions, offset_key, parse_layout, parse_offset_key
+from mirrorline_spark.options import (
+    SourceKey,
+    SourceOptions,
+    offset_key,
+    parse_layout,
+    parse_offset_key,
+)
 from mirrorline_spark.probe import EndProbe
 from mirrorline_spark.records import (
     ARROW_SCHEMA,
@@ -47,6 +54,7 @@ STALL_S = 120.0
 
 @dataclass(frozen=True)
 class KafkaRange(InputPartition):
+    feed: int
     topic: str
     partition: int
     start: int
@@ -75,10 +83,11 @@ class KafkaDataSource(DataSource):
 class KafkaStreamReader(DataSourceStreamReader):
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
-        self._probe: EndProbe | None = None
+        #: One log-end probe per feed (each feed may be another source cluster).
+        self._probes: dict[int, EndProbe] = {}
 
     def initialOffset(self) -> dict[str, int]:
-        return {offset_key(t, p): o for (t, p), o in sorted(self.options.starts.items())}
+        return {offset_key(*k): o for k, o in sorted(self.options.starts.items())}
 
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
         if self.options.drain_file and os.path.exists(self.options.drain_file):
@@ -88,39 +97,47 @@ class KafkaStreamReader(DataSourceStreamReader):
         # Micro-batches stay bounded per partition whatever limit the trigger passes.
         cap = self.options.max_records
         end = {}
-        for (topic, partition), position in positions.items():
-            hw = high.get((topic, partition), position)
-            end[offset_key(topic, partition)] = max(position, min(hw, position + cap))
+        for key, position in positions.items():
+            hw = high.get(key, position)
+            end[offset_key(*key)] = max(position, min(hw, position + cap))
         return end
 
-    def high_watermarks(self, positions: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
-        if self._probe is None:
-            self._probe = EndProbe(self.options.kafka)
-        return self._probe.ends(positions)
+    def high_watermarks(self, positions: dict[SourceKey, int]) -> dict[SourceKey, int]:
+        by_feed: dict[int, dict[tuple[str, int], int]] = {}
+        for (feed, topic, partition), position in positions.items():
+            by_feed.setdefault(feed, {})[(topic, partition)] = position
+        high: dict[SourceKey, int] = {}
+        for feed, wanted in sorted(by_feed.items()):
+            probe = self._probes.get(feed)
+            if probe is None:
+                probe = self._probes[feed] = EndProbe(self.options.feeds[feed].kafka)
+            high.update({(feed, t, p): o for (t, p), o in probe.ends(wanted).items()})
+        return high
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[KafkaRange]:
         ranges = []
         for key, stop in sorted(end.items()):
-            topic, partition = parse_offset_key(key)
+            feed, topic, partition = parse_offset_key(key)
             first = int(start.get(key, stop))
             if first < int(stop):
-                ranges.append(KafkaRange(topic, partition, first, int(stop)))
+                ranges.append(KafkaRange(feed, topic, partition, first, int(stop)))
         return ranges
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, KafkaRange)
-        batches = read_range(self.options.kafka, partition)
+        batches = read_range(self.options.feeds[partition.feed].kafka, partition)
         if self.options.layout == "chunks":
-            return (to_chunk(b, partition.topic, partition.partition) for b in batches)
+            return (to_chunk(b, partition.feed, partition.topic, partition.partition)
+                    for b in batches)
         return batches
 
     def commit(self, end: dict[str, int]) -> None:
         """Nothing to do: the executor records progress once the target acknowledged."""
 
     def stop(self) -> None:
-        if self._probe is not None:
-            self._probe.close()
-            self._probe = None
+        for probe in self._probes.values():
+            probe.close()
+        self._probes.clear()
 
 
 def read_range(kafka: dict[str, str], r: KafkaRange) -> Iterator[pa.RecordBatch]:

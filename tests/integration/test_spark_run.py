@@ -6,8 +6,9 @@ docker-compose uses them).
 One `run` (so one Spark start-up, the expensive part) serves every scenario of this module,
 in order: a flow pinned to Spark mirrors through the executor; a record its target refuses
 stops that partition only; offloading triggered by measured load and by backlog (handed
-back below the reclaim threshold); and, last because it makes the executor give back all
-its partitions, a Spark query that fails for real.
+back below the reclaim threshold), all copied by one query; an executor cut off from the
+controller fences itself; and, last because it makes the executor give back all its
+partitions, a Spark query that fails for real.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ ROOT = Path(__file__).resolve().parents[2]
 RUNNING = flows_pb2.PARTITION_STATE_RUNNING
 ERROR = flows_pb2.PARTITION_STATE_ERROR
 EXECUTOR = "spark:0"
+#: The executor's one streaming query.
+QUERY = "mirrorline_spark_0"
 WORKER = "replicator-0"
 #: The target of the pinned flow takes records up to this size (max.request.size).
 LIMIT = 20_000
@@ -89,17 +92,17 @@ class Run:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
 
 
-def _children(pid: int) -> list[str]:
-    """The `mirrorline` subcommands the run's children execute."""
+def _children(pid: int) -> dict[int, str]:
+    """The `mirrorline` subcommands the run's children execute, by pid."""
     path = Path(f"/proc/{pid}/task/{pid}/children")
-    out = []
+    out = {}
     for child in (path.read_text().split() if path.exists() else []):
         try:
             args = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
         except FileNotFoundError:
             continue
         if b"mirrorline" in args:
-            out.append(args[args.index(b"mirrorline") + 1].decode())
+            out[int(child)] = args[args.index(b"mirrorline") + 1].decode()
     return out
 
 
@@ -182,7 +185,7 @@ async def test_run_spark_starts_an_executor_beside_the_workers_and_a_spark_flow_
     # Until the executor is up (its Spark session takes a while) the workers copy the flow.
     await run.wait_owned(topic, [0, 1], EXECUTOR, "the flow did not run on the executor",
                          timeout=180)
-    assert sorted(_children(run.proc.pid)) == ["checkpointer", "configsync", "controller",
+    assert sorted(_children(run.proc.pid).values()) == ["checkpointer", "configsync", "controller",
                                                "heartbeat", "replicator", "spark-executor"]
     await produce(primary.bootstrap, topic, [Record(f"a{i}".encode(), key=f"k{i}".encode(),
                                                    partition=i % 2) for i in range(40)])
@@ -296,6 +299,14 @@ async def test_offload_follows_sustained_load_and_backlog_and_hands_back_when_ca
 
     await wait_for(lambda: offloaded(l_topic, 5, 100), 120,
                    f"sustained load did not offload the partition\n{run.tail()}", interval=0.3)
+    # One query copies everything the executor owns, of every flow.
+    pinned, loaded = "->".join(run.pinned[:2]), "->".join(run.load[:2])
+
+    async def one_query() -> bool:
+        starts = [line for line in run.log.read_text(errors="replace").splitlines()
+                  if "Spark query copies" in line]
+        return bool(starts) and f"{pinned}: " in starts[-1] and f"{loaded}: " in starts[-1]
+    await wait_for(one_query, 30, f"no query copies both flows\n{run.tail()}", interval=0.3)
     await wait_for(lambda: offloaded(b_topic, 3000, 10), 180,
                    f"a backlog did not offload the partition\n{run.tail()}", interval=0.2)
     await run.wait_owned(b_topic, [0], WORKER, "the caught-up partition did not come back",
@@ -310,6 +321,54 @@ async def test_offload_follows_sustained_load_and_backlog_and_hands_back_when_ca
         assert list(dict.fromkeys(values)) == expected, f"{topic}: lost or reordered"
 
 
+async def test_an_executor_cut_off_from_the_controller_stops_copying_and_loses_nothing(
+        run: Run, primary: LocalBroker, backup: LocalBroker) -> None:
+    """The controller freezes (SIGSTOP): the executor's heartbeats go unanswered, so after
+    three quarters of its lease it fences itself and stops its query at once, without
+    waiting for the micro-batch in flight (the controller may hand the partitions on as
+    soon as the lease runs out). Thawed, the flow goes on from where it stopped."""
+    source, _, topic = run.pinned
+    await run.wait_owned(topic, [0], EXECUTOR, "partition 0 is not on the executor")
+    controller = next(pid for pid, name in _children(run.proc.pid).items()
+                      if name == "controller")
+    seen = len(run.log.read_bytes())
+
+    async def fenced() -> bool:
+        return b"Spark query stopped without draining (fenced)" in run.log.read_bytes()[seen:]
+    os.kill(controller, signal.SIGSTOP)
+    try:
+        await produce(primary.bootstrap, topic, [Record(f"f{i}".encode(), partition=0)
+                                                 for i in range(10)])
+        await wait_for(fenced, 60, f"the executor did not fence itself\n{run.tail()}",
+                       interval=0.3)
+    finally:
+        os.kill(controller, signal.SIGCONT)
+    await run.wait_owned(topic, [0], EXECUTOR, "the flow did not come back to the executor",
+                         timeout=120)
+    await produce(primary.bootstrap, topic, [Record(f"g{i}".encode(), partition=0)
+                                             for i in range(10)])
+    mirrored = await consume_all(backup.bootstrap, f"{source}.{topic}", expected=60 + 30,
+                                 timeout=120)
+    assert list(dict.fromkeys(r.value for r in mirrored[0]))[40:] == \
+        [f"f{i}".encode() for i in range(10)] + [f"g{i}".encode() for i in range(10)]
+    # Given back and assigned again, partition 1 tries its refused record once more, and
+    # stops at it again (the query restarts without it): nothing after it is copied.
+
+    async def stopped_again() -> bool:
+        p = (await run.partitions(topic)).get(1)
+        return p is not None and p.state == ERROR and p.next_offset == 30 \
+            and "offset 30" in p.error
+    await wait_for(stopped_again, 60, f"partition 1 did not stop again\n{run.tail()}",
+                   interval=0.5)
+
+    async def restarted_without_it() -> bool:
+        text = run.log.read_bytes()[seen:]
+        at = text.rfind(b"stopped: target rejected the record")
+        return at >= 0 and b"Spark query copies" in text[at:]
+    await wait_for(restarted_without_it, 60, f"the query did not restart\n{run.tail()}",
+                   interval=0.3)
+
+
 async def test_a_failing_spark_query_hands_its_partitions_back_and_status_says_why(
         run: Run, primary: LocalBroker, backup: LocalBroker) -> None:
     """The query's checkpoint directory disappears under it (as when a temp-file cleaner
@@ -317,7 +376,7 @@ async def test_a_failing_spark_query_hands_its_partitions_back_and_status_says_w
     source, target, topic = run.pinned
     remote = f"{source}.{topic}"
     await run.wait_owned(topic, [0], EXECUTOR, "partition 0 is not on the executor")
-    checkpoints = glob.glob(str(run.tmp / f"mirrorline-spark-mirrorline_{source}->{target}-*"))
+    checkpoints = glob.glob(str(run.tmp / f"mirrorline-spark-{QUERY}-*"))
     assert checkpoints, os.listdir(run.tmp)
     for path in checkpoints:
         shutil.rmtree(path)
@@ -327,8 +386,9 @@ async def test_a_failing_spark_query_hands_its_partitions_back_and_status_says_w
                          timeout=60)
 
     async def said() -> bool:
-        return any(p.executor_id == EXECUTOR and f"Spark query of {source}->{target} failed"
-                   in p.problem for p in (await run.status()).spark_problems)
+        return any(p.executor_id == EXECUTOR and f"Spark query {QUERY} (flows " in p.problem
+                   and f"{source}->{target}" in p.problem
+                   for p in (await run.status()).spark_problems)
     await wait_for(said, 30, "status does not say why the executor gave partitions back")
     cli = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "mirrorline", "admin", "--server", run.server, "status",
@@ -337,14 +397,14 @@ async def test_a_failing_spark_query_hands_its_partitions_back_and_status_says_w
                  MIRRORLINE_CERT=str(run.certs / "viewer.pem"),
                  MIRRORLINE_KEY=str(run.certs / "viewer.key")))
     out = (await asyncio.wait_for(cli.communicate(), 60))[0].decode()
-    assert re.search(rf"^{EXECUTOR} gave its partitions back to the workers: Spark query of "
-                     rf"{re.escape(source)}->{re.escape(target)} failed: ", out, re.M), out
+    assert re.search(rf"^{EXECUTOR} gave its partitions back to the workers: Spark query "
+                     rf"{QUERY} \(flows [^)]*{re.escape(source)}->{re.escape(target)}[^)]*\) "
+                     rf"failed: ", out, re.M), out
     # Nothing lost: the worker goes on from the executor's recorded progress.
-    mirrored = await consume_all(backup.bootstrap, remote, expected=50 + 30,
+    mirrored = await consume_all(backup.bootstrap, remote, expected=70 + 30,
                                  timeout=120)
-    assert list(dict.fromkeys(r.value for r in mirrored[0]))[20:] == \
-        [f"c{i}".encode() for i in range(10)] + [f"d{i}".encode() for i in range(10)] + \
-        [f"e{i}".encode() for i in range(10)]
+    assert list(dict.fromkeys(r.value for r in mirrored[0]))[20:] == [
+        f"{tag}{i}".encode() for tag in "cdfge" for i in range(10)]
     # A clean stop of everything, the executor included.
     run.proc.send_signal(signal.SIGTERM)
     assert await asyncio.wait_for(run.proc.wait(), 60) == 0

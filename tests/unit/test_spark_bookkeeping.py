@@ -58,7 +58,7 @@ def test_commit_messages_survive_their_json_round_trip() -> None:
     assert acks.records == 2
     from dataclasses import asdict
     assert PartitionAcks.from_json(asdict(acks)) == acks
-    assert parse_offset_key(offset_key("t:x", 3)) == ("t:x", 3)
+    assert parse_offset_key(offset_key(1, "t:x", 3)) == (1, "t:x", 3)
 
 
 @pytest.mark.parametrize("master", ["local", "local[*]", "local[2]", "local[2,3]",
@@ -105,9 +105,9 @@ def test_chunks_carry_records_unchanged() -> None:
         pa.array([1, 2], pa.int64()),
         pa.array([[("h", b"1"), ("h", None)], []], ARROW_SCHEMA.field("headers").type)],
         schema=ARROW_SCHEMA)
-    chunk = to_chunk(batch, "t", 3)
+    chunk = to_chunk(batch, 2, "t", 3)
     assert chunk.to_pydict()["first_offset"] == [7] and chunk.to_pydict()["records"] == [2]
-    assert [b.to_pylist() for b in from_chunks(chunk)] == [batch.to_pylist()]
+    assert [(f, b.to_pylist()) for f, b in from_chunks(chunk)] == [(2, batch.to_pylist())]
 
 
 @pytest.mark.parametrize(("args", "message"), [

@@ -10,8 +10,9 @@ else. Heartbeats and fencing are the replicator workers' own
 it implies is done (queries drained, progress durable), so a release it reports is one
 the next owner can resume from exactly.
 
-When a flow's query fails, the executor stops it, keeps its progress, and says why in
-its heartbeats (`problem`): the controller then gives those partitions back to the
+One streaming query copies everything the executor owns (`executor/query.py`). When it
+fails, the executor stops it, keeps every flow's progress, and says why in its
+heartbeats (`problem`): the controller then gives all its partitions back to the
 replicator workers and offloads nothing to this executor until the problem clears
 (`PROBLEM_HOLD_S` after the partitions were taken back).
 """
@@ -32,6 +33,7 @@ from mirrorline.telemetry.replication import ReplicationMetrics
 from mirrorline.v1 import coordinator_pb2, flows_pb2
 from mirrorline_spark.executor.driver import SparkDriver
 from mirrorline_spark.executor.flowrun import FlowRun
+from mirrorline_spark.executor.query import ExecutorQuery
 
 log = logging.getLogger(__name__)
 
@@ -49,11 +51,11 @@ class SparkAgent:
         self.address = address
         self._driver = driver
         self._metrics = metrics
-        self._workdir = workdir
         self.runs: dict[str, FlowRun] = {}
+        self.query = ExecutorQuery(driver, self.runs, worker_id=worker_id, workdir=workdir)
         self.broken: dict[str, str] = {}
         self.acted_offset = -1
-        self._problem_cleared_at: dict[str, float] = {}
+        self._problem_cleared_at: float | None = None
         self._changed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._started_ms = int(time.time() * 1000)
@@ -73,9 +75,10 @@ class SparkAgent:
 
     @property
     def problem(self) -> str:
-        return "; ".join(r.problem for r in self.runs.values() if r.problem)
+        return self.query.problem or ""
 
     async def start(self) -> None:
+        await self.query.start()
         self.control.listen(lambda *_: self._changed.set())
         self._tasks.append(asyncio.create_task(self._follow(), name="follow control log"))
         self.lease.start()
@@ -84,6 +87,7 @@ class SparkAgent:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.query.stop()
         await asyncio.gather(*(r.close() for r in self.runs.values()), return_exceptions=True)
         self.runs.clear()
         await self.lease.stop()
@@ -112,36 +116,35 @@ class SparkAgent:
             for key, remote in state.owned_by(self.worker_id).items():
                 mine.setdefault(key.flow, {})[(key.topic, key.partition)] = remote
         self.broken.clear()
-        now = time.monotonic()
-        for name in sorted(set(self.runs) | set(mine)):
+        if self.query.problem and not any(mine.values()):
+            # The controller took the partitions back: hold a while, then be available.
+            now = time.monotonic()
+            if self._problem_cleared_at is None:
+                self._problem_cleared_at = now
+            if now - self._problem_cleared_at >= PROBLEM_HOLD_S:
+                log.info("executor %s: problem cleared; available for offloading again",
+                         self.worker_id)
+                self.query.problem = None
+                self._problem_cleared_at = None
+        wanted: dict[str, dict[tuple[str, int], str]] = {}
+        for name, parts in sorted(mine.items()):
             record = state.flows.get(name)
-            run = self.runs.get(name)
-            wanted = mine.get(name, {}) if record is not None and not record.paused else {}
-            if run is not None and run.problem and not mine.get(name):
-                # The controller took the partitions back: hold a while, then be available.
-                since = self._problem_cleared_at.setdefault(name, now)
-                if now - since >= PROBLEM_HOLD_S:
-                    log.info("%s: problem cleared; available for offloading again", name)
-                    run.problem = None
-                    self._problem_cleared_at.pop(name, None)
-            if run is None:
-                if not wanted or record is None:
-                    continue
+            if record is None or record.paused:
+                continue
+            if name not in self.runs:
                 try:
                     settings = flow_settings(self.deployment, Definition(
                         record.source, record.target, record.properties))
                 except ConfigError as exc:
                     self.broken[name] = str(exc)
                     continue
-                run = FlowRun(settings, driver=self._driver, metrics=self._metrics,
-                              worker_id=self.worker_id, workdir=self._workdir)
+                run = FlowRun(settings, metrics=self._metrics, worker_id=self.worker_id)
                 await run.open()
                 self.runs[name] = run
-            drain = not self.fenced
-            await run.apply(wanted, drain=drain)
-            if not wanted and not run.problem and not run.failed:
-                del self.runs[name]
-                await run.close(drain=drain)
+            wanted[name] = parts
+        await self.query.apply(wanted, drain=not self.fenced)
+        for name in [n for n in self.runs if not wanted.get(n)]:
+            await self.runs.pop(name).close()
 
     # -- heartbeats and fencing ---------------------------------------------------------
     def owned(self) -> list[flows_pb2.PartitionStatus]:

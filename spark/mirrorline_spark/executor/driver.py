@@ -37,8 +37,8 @@ class QueryStatus:
     #: Duration of the last micro-batch (ms) and its input rows.
     batch_ms: float
     input_rows: int
-    #: (topic, partition) -> latest source offset the source reported (its log end).
-    latest: dict[tuple[str, int], int]
+    #: (feed, topic, partition) -> latest source offset the source reported (its log end).
+    latest: dict[tuple[int, str, int], int]
 
 
 class SparkDriver:
@@ -135,7 +135,7 @@ class RunningQuery:
         q = self._query
         error = q.exception()
         progress = q.lastProgress or {}
-        latest: dict[tuple[str, int], int] = {}
+        latest: dict[tuple[int, str, int], int] = {}
         for source in progress.get("sources", []):
             # Python data sources report latestOffset as the JSON text "null": fall back
             # to the end the last micro-batch planned.

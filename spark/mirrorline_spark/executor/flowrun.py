@@ -1,24 +1,21 @@
-"""One flow on Spark: its Kafka clients, the shared bookkeeping, the acknowledgement
-socket and the streaming query that copies the partitions this executor owns.
+"""One flow on the executor: its Kafka clients, the shared bookkeeping, where each of its
+partitions starts, and what its part of the executor's query acknowledged.
 
-Hand-over is fenced like a replicator worker's: when the owned partitions change, the
-running query is drained (the source plans no more data, the micro-batch in flight
-finishes and is recorded), stopped, and progress, offset syncs and the offset map are
-flushed before the change counts as done; only then does the executor report the
-release. A new query starts where `mirrorline.kafka.starts` decides (durable progress
-checked against the target's tail), never from Spark's checkpoint.
+The query itself belongs to the executor (`executor/query.py`): it copies every flow's
+partitions at once. A flow here says where its partitions start
+(`mirrorline.kafka.starts`: durable progress checked against the target's tail, never
+Spark's checkpoint), records each micro-batch's acknowledgements through the same
+bookkeeping as the replicator, and makes progress, offset syncs and the offset map
+durable when its partitions stop being copied.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import functools
-import json
 import logging
-import os
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from aiokafka import TopicPartition
 
@@ -34,38 +31,48 @@ from mirrorline.kafka.watermarks import HighWatermarkProbe
 from mirrorline.telemetry.replication import PartitionMetrics, ReplicationMetrics
 from mirrorline.v1 import flows_pb2
 from mirrorline_spark.acks import PartitionAcks
-from mirrorline_spark.executor.acksrv import AckServer
-from mirrorline_spark.executor.driver import RunningQuery, SparkDriver
 
 log = logging.getLogger(__name__)
 
 Key = tuple[str, int]
-#: How long a hand-over waits for the micro-batch in flight before stopping the query.
-DRAIN_S = 20.0
+
+
+@dataclass(frozen=True)
+class Feed:
+    """A flow's part of the executor's query (`mirrorline_spark.options`)."""
+
+    flow: str
+    source: dict[str, str]
+    target: dict[str, str]
+    #: (topic, partition) -> first offset to copy.
+    starts: dict[Key, int]
+    #: source topic -> remote topic.
+    topics: dict[str, str]
+
+    def source_option(self) -> dict[str, object]:
+        return {"kafka": self.source,
+                "partitions": [[t, p, o] for (t, p), o in sorted(self.starts.items())]}
+
+    def sink_option(self) -> dict[str, object]:
+        return {"kafka": self.target, "topics": self.topics, "flow": self.flow}
 
 
 class FlowRun:
-    def __init__(self, settings: FlowSettings, *, driver: SparkDriver,
-                 metrics: ReplicationMetrics, worker_id: str, workdir: str) -> None:
+    def __init__(self, settings: FlowSettings, *, metrics: ReplicationMetrics,
+                 worker_id: str) -> None:
         self.settings = settings
         self.name = settings.name
         self.policy = make_policy(settings.policy, settings.naming_source)
         self.worker_id = worker_id
-        self._driver = driver
         self._metrics = metrics
-        self._workdir = workdir
-        safe = self.name.replace(">", "").replace("-", "_")
-        self._drain_file = os.path.join(workdir, f"{safe}.drain")
         self._clients: FlowClients | None = None
         self.books: FlowBookkeeping | None = None
         self._starts: StartPlanner | None = None
-        self._acks = AckServer(os.path.join(workdir, f"{safe}.sock"), self._on_batch)
         #: The source's log ends (for lag: `record-lag`, status, the offload policy).
         self._ends: HighWatermarkProbe | None = None
-        self._query: RunningQuery | None = None
         #: What the control log gives this executor (source partition -> remote topic).
         self.owned: dict[Key, str] = {}
-        #: What the running query copies.
+        #: What the executor's query copies of this flow.
         self.running: dict[Key, str] = {}
         self.next_offsets: dict[Key, int] = {}
         self.latest: dict[Key, int] = {}
@@ -73,10 +80,6 @@ class FlowRun:
         self.replicated: dict[Key, int] = {}
         self._pmetrics: dict[Key, PartitionMetrics] = {}
         self.batch_ms = 0.0
-        #: Why the query failed (the executor gives every partition back), if it did.
-        self.problem: str | None = None
-        self._lock = asyncio.Lock()
-        self._task: asyncio.Task[None] | None = None
         self._last_flush = time.monotonic()
 
     async def open(self) -> None:
@@ -102,21 +105,14 @@ class FlowRun:
                 reset=flow.clients.source_consumer.get("auto.offset.reset", "earliest"),
                 syncs=syncs, match_tail=flow.properties.get(
                     "mirrorline.resume.tail.match", "true").strip().lower() != "false")
-            await self._acks.start()
             self._ends = HighWatermarkProbe(clients.source_consumer_kwargs)
             await self._ends.start()
         except BaseException:
             await clients.close()
             raise
-        self._task = asyncio.create_task(self._watch(), name=f"watch {self.name}")
 
-    async def close(self, *, drain: bool = True) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-        async with self._lock:
-            await self._stop_query(drain=drain)
-        await self._acks.stop()
+    async def close(self) -> None:
+        """Stop the clients. The query no longer copies this flow (`release` ran)."""
         if self._ends is not None:
             await self._ends.stop()
         if self.books is not None:
@@ -125,25 +121,17 @@ class FlowRun:
             await self._clients.close()
 
     # -- what runs ----------------------------------------------------------------------
-    async def apply(self, wanted: Mapping[Key, str], *, drain: bool = True) -> None:
-        """Copy exactly `wanted` (minus partitions stopped by an error); returns once the
-        partitions let go are stopped with their progress durable. `drain` False (fenced):
-        stop the query at once rather than let its micro-batch finish -- the controller
-        may hand the partitions on as soon as the lease runs out."""
-        async with self._lock:
-            self.owned = dict(wanted)
-            for key in [k for k in self.failed if k not in wanted]:
-                del self.failed[key]
-            runnable = {k: v for k, v in wanted.items() if k not in self.failed}
-            if self.problem is not None:
-                runnable = {}
-            if runnable == self.running and (self._query is not None or not runnable):
-                return
-            await self._stop_query(drain=drain)
-            if runnable:
-                await self._start_query(runnable)
+    def want(self, wanted: Mapping[Key, str]) -> dict[Key, str]:
+        """Own exactly `wanted`; returns what the query should copy of it (partitions
+        stopped at a refused record stay stopped while they are owned)."""
+        self.owned = dict(wanted)
+        for key in [k for k in self.failed if k not in wanted]:
+            del self.failed[key]
+        return {k: v for k, v in wanted.items() if k not in self.failed}
 
-    async def _start_query(self, partitions: Mapping[Key, str]) -> None:
+    async def plan(self, partitions: Mapping[Key, str]) -> Feed | None:
+        """Where each partition starts; the flow's part of the next query (None if none
+        of them can run)."""
         assert self.books is not None and self._starts is not None
         saved = await self.books.progress.load()
         starts = await self._starts.starts(
@@ -159,42 +147,23 @@ class FlowRun:
         self.next_offsets.update({(tp.topic, tp.partition): s.offset
                                   for tp, s in starts.items()})
         if not partitions:
-            return
+            return None
         for (topic, partition), remote in partitions.items():
             metrics = self._pmetrics[(topic, partition)] = self._metrics.partition(
                 self.settings.source, self.settings.target, remote, partition)
             metrics.lag = functools.partial(self.lag, (topic, partition))
-        source = {"kafka": json.dumps(rdkafka_config(self.settings.clients.source_consumer)),
-                  "partitions": json.dumps([[t, p, self.next_offsets[(t, p)]]
-                                            for t, p in sorted(partitions)]),
-                  "drainFile": self._drain_file, "layout": "chunks"}
-        sink = {"kafka": json.dumps(rdkafka_config(self.settings.clients.target_producer)),
-                "topics": json.dumps({t: remote for (t, _), remote in partitions.items()}),
-                "ackSocket": self._acks.path, "flow": self.name}
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self._drain_file)
-        self._query = await self._driver.start_query(f"mirrorline_{self.name}", source, sink)
         self.running = dict(partitions)
-        log.info("%s: Spark query copies %d partitions from %s", self.name, len(partitions),
-                 ", ".join(f"{t}-{p}@{self.next_offsets[(t, p)]}" for t, p in sorted(partitions)))
+        return Feed(flow=self.name,
+                    source=rdkafka_config(self.settings.clients.source_consumer),
+                    target=rdkafka_config(self.settings.clients.target_producer),
+                    starts={k: self.next_offsets[k] for k in partitions},
+                    topics={t: remote for (t, _), remote in partitions.items()})
 
-    async def _stop_query(self, *, drain: bool = True) -> None:
-        query, self._query = self._query, None
-        if query is not None:
-            # The source plans no more data from now on (it checks this file).
-            await asyncio.to_thread(_touch, self._drain_file)
-            deadline = time.monotonic() + (DRAIN_S if drain else 0.0)
-            with contextlib.suppress(Exception):
-                # Spark offers no event for "micro-batch finished": poll its status.
-                while time.monotonic() < deadline and await query.trigger_active():  # noqa: ASYNC110
-                    await asyncio.sleep(0.1)
-            with contextlib.suppress(Exception):
-                await query.stop()
-            log.info("%s: Spark query stopped", self.name)
-        for key in self.running:
+    async def release(self) -> None:
+        """The query stopped copying this flow: make what it recorded durable."""
+        for key, remote in self.running.items():
             if self.books is not None and key in self.next_offsets:
                 self.books.released(key[0], key[1], self.next_offsets[key])
-            remote = self.running[key]
             self._metrics.forget(self.settings.source, self.settings.target, remote, key[1])
             self._pmetrics.pop(key, None)
         self.running = {}
@@ -202,8 +171,9 @@ class FlowRun:
             await self.books.flush()
 
     # -- acknowledgements ---------------------------------------------------------------
-    def _on_batch(self, batch_id: int, acks: list[PartitionAcks]) -> str | None:
-        """Record one micro-batch (everything in it was acknowledged by the target)."""
+    def acknowledged(self, acks: list[PartitionAcks]) -> list[str]:
+        """Record this flow's part of one micro-batch (all of it acknowledged by the
+        target); returns why partitions stopped, if any did."""
         assert self.books is not None
         errors = []
         for a in acks:
@@ -224,52 +194,29 @@ class FlowRun:
                 log.error("%s %s-%d stopped: %s", self.name, a.topic, a.partition, a.error)
                 self.failed[key] = a.error
                 errors.append(a.error)
-        return "; ".join(errors) if errors else None
+        return errors
 
-    async def _watch(self) -> None:
-        """Once a second: status, offset-sync flushes, and what to do about a failed query."""
+    @property
+    def stopped_running(self) -> bool:
+        """A partition the query copies was stopped by a refused record."""
+        return any(k in self.failed for k in self.running)
+
+    async def tick(self, latest: Mapping[Key, int], batch_ms: float) -> None:
+        """Once a second: offset-sync flushes, and the log ends for lag."""
         interval = self.settings.offset_flush_interval_ms / 1000.0
-        while True:
-            await asyncio.sleep(1.0)
-            if self.books is not None and time.monotonic() - self._last_flush >= interval:
-                self._last_flush = time.monotonic()
-                self.books.flush_syncs()
-            query = self._query
-            if query is None:
-                continue
-            try:
-                status = await query.status()
-            except Exception as exc:
-                log.warning("%s: cannot read the query status: %r", self.name, exc)
-                continue
-            self.batch_ms = status.batch_ms or self.batch_ms
-            for key, end in status.latest.items():
-                self.latest[key] = max(end, self.latest.get(key, end))
-            await self._learn_ends()
-            if status.active:
-                continue
-            async with self._lock:
-                if self._query is not query:
-                    continue
-                if any(k in self.failed for k in self.running):
-                    # A record was rejected: that partition stops, the others go on.
-                    log.warning("%s: restarting the query without the stopped partitions",
-                                self.name)
-                    await self._stop_query()
-                    runnable = {k: v for k, v in self.owned.items() if k not in self.failed}
-                    if runnable:
-                        await self._start_query(runnable)
-                    continue
-                self.problem = (f"Spark query of {self.name} failed: "
-                                f"{(status.error or 'stopped').splitlines()[0][:500]}")
-                log.error("%s; giving its partitions back to the workers", self.problem)
-                await self._stop_query()
+        if self.books is not None and time.monotonic() - self._last_flush >= interval:
+            self._last_flush = time.monotonic()
+            self.books.flush_syncs()
+        self.batch_ms = batch_ms or self.batch_ms
+        for key, end in latest.items():
+            self.latest[key] = max(end, self.latest.get(key, end))
+        await self._learn_ends()
 
     async def _learn_ends(self) -> None:
         """The running partitions' log ends, from fetch responses: Spark reports only what
         its micro-batches planned (at most `maxRecordsPerPartition` past the position),
         which understates a backlog."""
-        if self._ends is None:
+        if self._ends is None or not self.running:
             return
         positions = {TopicPartition(t, p): self.next_offsets.get((t, p), 0)
                      for t, p in self.running}
@@ -291,9 +238,8 @@ class FlowRun:
     def partitions(self) -> list[flows_pb2.PartitionStatus]:
         now = time.time()
         out = []
-        shown = self.running if self.problem is None else {}
-        for key, remote in sorted({**shown, **{k: self.owned[k] for k in self.failed
-                                               if k in self.owned}}.items()):
+        for key, remote in sorted({**self.running, **{k: self.owned[k] for k in self.failed
+                                                      if k in self.owned}}.items()):
             topic, partition = key
             nxt = self.next_offsets.get(key, -1)
             high = self.latest.get(key)
@@ -311,8 +257,3 @@ class FlowRun:
                 micro_batch_ms=self.batch_ms, last_replication_latency_ms=-1.0,
                 lag_ms=0.0 if lag == 0 else -1.0))
         return out
-
-
-def _touch(path: str) -> None:
-    with open(path, "w"):
-        pass

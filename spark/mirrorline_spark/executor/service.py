@@ -104,8 +104,8 @@ class SparkExecutorService:
             return out
         for name, run in sorted(self.agent.runs.items()):
             views = run.partitions()
-            out.flows.add(flow=name, state=flows_pb2.FLOW_STATE_ERROR if run.problem
-                          else flows_pb2.FLOW_STATE_RUNNING, error=run.problem or "",
+            out.flows.add(flow=name, state=flows_pb2.FLOW_STATE_ERROR if self.agent.problem
+                          else flows_pb2.FLOW_STATE_RUNNING, error=self.agent.problem,
                           partitions=len(views))
             out.partitions.extend(views)
         return out

@@ -1,0 +1,190 @@
+"""The executor's one streaming query: it copies every partition the executor owns, of
+every flow, whatever clusters they come from and go to (one *feed* per flow, see
+`mirrorline_spark.options`).
+
+One query rather than one per flow: Spark plans one micro-batch for all partitions, so
+the cores go where the records are rather than being split by flow, and the executor
+pays for one query's planning and commit workers instead of one per flow. The price is
+that any change of what the executor copies restarts the whole query; the restart is
+drained, so it copies nothing twice and pauses the other partitions for a moment.
+
+Hand-over is fenced like a replicator worker's: when what the executor copies changes,
+the query is drained (the source plans no more data, the micro-batch in flight finishes
+and is recorded), stopped, and every flow's progress, offset syncs and offset map are
+flushed before the change counts as done; only then does the executor report the
+release. The next query starts where each flow's start planner decides, never from
+Spark's checkpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import re
+import time
+from collections.abc import Mapping
+
+from mirrorline_spark.acks import PartitionAcks
+from mirrorline_spark.executor.acksrv import AckServer
+from mirrorline_spark.executor.driver import RunningQuery, SparkDriver
+from mirrorline_spark.executor.flowrun import Feed, FlowRun, Key
+
+log = logging.getLogger(__name__)
+
+#: How long a hand-over waits for the micro-batch in flight before stopping the query.
+DRAIN_S = 20.0
+
+
+class ExecutorQuery:
+    def __init__(self, driver: SparkDriver, runs: Mapping[str, FlowRun], *, worker_id: str,
+                 workdir: str) -> None:
+        self._driver = driver
+        #: The executor's flows by name (the agent's, read here, never changed here).
+        self._runs = runs
+        self.name = "mirrorline_" + re.sub(r"[^A-Za-z0-9_]", "_", worker_id)
+        self._drain_file = os.path.join(workdir, "query.drain")
+        self._acks = AckServer(os.path.join(workdir, "acks.sock"), self._on_batch)
+        self._query: RunningQuery | None = None
+        #: The flow of each feed of the running query, by feed index.
+        self._feeds: list[str] = []
+        #: Why the query failed (the executor gives every partition back), if it did.
+        self.problem: str | None = None
+        self._lock = asyncio.Lock()
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        await self._acks.start()
+        self._task = asyncio.create_task(self._watch(), name="watch the Spark query")
+
+    async def stop(self, *, drain: bool = True) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        async with self._lock:
+            await self._stop_query(drain=drain)
+        await self._acks.stop()
+
+    # -- what runs ----------------------------------------------------------------------
+    async def apply(self, wanted: Mapping[str, Mapping[Key, str]], *,
+                    drain: bool = True) -> None:
+        """Copy exactly `wanted` (flow -> partitions), minus partitions stopped by an
+        error; returns once the partitions let go are stopped with their progress
+        durable. `drain` False (fenced): stop the query at once rather than let its
+        micro-batch finish -- the controller may hand the partitions on as soon as the
+        lease runs out."""
+        async with self._lock:
+            runnable = {}
+            for name, run in self._runs.items():
+                parts = run.want(wanted.get(name, {}))
+                if parts and self.problem is None:
+                    runnable[name] = parts
+            running = {name: run.running for name, run in self._runs.items() if run.running}
+            if runnable == running and (self._query is not None or not runnable):
+                return
+            await self._restart(runnable, drain=drain)
+
+    async def _restart(self, runnable: Mapping[str, Mapping[Key, str]], *,
+                       drain: bool) -> None:
+        await self._stop_query(drain=drain)
+        feeds: list[Feed] = []
+        for name, parts in sorted(runnable.items()):
+            feed = await self._runs[name].plan(parts)
+            if feed is not None:
+                feeds.append(feed)
+        if feeds:
+            await self._start_query(feeds)
+
+    async def _start_query(self, feeds: list[Feed]) -> None:
+        source = {"feeds": json.dumps([f.source_option() for f in feeds]),
+                  "drainFile": self._drain_file, "layout": "chunks"}
+        sink = {"feeds": json.dumps([f.sink_option() for f in feeds]),
+                "ackSocket": self._acks.path}
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._drain_file)
+        self._query = await self._driver.start_query(self.name, source, sink)
+        self._feeds = [f.flow for f in feeds]
+        log.info("Spark query copies %d partitions of %d flows: %s",
+                 sum(len(f.starts) for f in feeds), len(feeds), "; ".join(
+                     f"{f.flow}: " + ", ".join(f"{t}-{p}@{o}"
+                                               for (t, p), o in sorted(f.starts.items()))
+                     for f in feeds))
+
+    async def _stop_query(self, *, drain: bool = True) -> None:
+        query, self._query = self._query, None
+        if query is not None:
+            # The source plans no more data from now on (it checks this file).
+            await asyncio.to_thread(_touch, self._drain_file)
+            deadline = time.monotonic() + (DRAIN_S if drain else 0.0)
+            with contextlib.suppress(Exception):
+                # Spark offers no event for "micro-batch finished": poll its status.
+                while time.monotonic() < deadline and await query.trigger_active():  # noqa: ASYNC110
+                    await asyncio.sleep(0.1)
+            with contextlib.suppress(Exception):
+                await query.stop()
+            log.info("Spark query stopped%s", "" if drain else " without draining (fenced)")
+        self._feeds = []
+        for run in list(self._runs.values()):
+            if run.running:
+                await run.release()
+
+    # -- acknowledgements ---------------------------------------------------------------
+    def _on_batch(self, batch_id: int, acks: list[PartitionAcks]) -> str | None:
+        """Record one micro-batch (everything in it was acknowledged by the target), each
+        flow's part through that flow's bookkeeping."""
+        by_flow: dict[str, list[PartitionAcks]] = {}
+        for a in acks:
+            by_flow.setdefault(a.flow, []).append(a)
+        errors = []
+        for flow, part in sorted(by_flow.items()):
+            run = self._runs.get(flow)
+            if run is None:
+                errors.append(f"micro-batch {batch_id} holds acknowledgements of flow "
+                              f"{flow!r}, which this executor does not run")
+                continue
+            errors.extend(run.acknowledged(part))
+        return "; ".join(errors) if errors else None
+
+    # -- watching -----------------------------------------------------------------------
+    async def _watch(self) -> None:
+        """Once a second: every flow's status and offset-sync flushes, and what to do
+        about a query that stopped."""
+        while True:
+            await asyncio.sleep(1.0)
+            query = self._query
+            status = None
+            if query is not None:
+                try:
+                    status = await query.status()
+                except Exception as exc:
+                    log.warning("cannot read the Spark query's status: %r", exc)
+            latest: dict[str, dict[Key, int]] = {}
+            feeds = self._feeds
+            for (feed, topic, partition), end in (status.latest if status else {}).items():
+                if feed < len(feeds):
+                    latest.setdefault(feeds[feed], {})[(topic, partition)] = end
+            for name, run in list(self._runs.items()):
+                if self._runs.get(name) is run:  # not retired meanwhile
+                    await run.tick(latest.get(name, {}), status.batch_ms if status else 0.0)
+            if status is None or status.active:
+                continue
+            async with self._lock:
+                if self._query is not query:
+                    continue
+                if any(run.stopped_running for run in self._runs.values()):
+                    # A record was rejected: that partition stops, the others go on.
+                    log.warning("restarting the Spark query without the stopped partitions")
+                    await self._restart({name: parts for name, run in self._runs.items()
+                                         if (parts := run.want(run.owned))}, drain=True)
+                    continue
+                self.problem = (f"Spark query {self.name} (flows {', '.join(self._feeds)}) "
+                                f"failed: {(status.error or 'stopped').splitlines()[0][:500]}")
+                log.error("%s; giving its partitions back to the workers", self.problem)
+                await self._stop_query()
+
+
+def _touch(path: str) -> None:
+    with open(path, "w"):
+        pass

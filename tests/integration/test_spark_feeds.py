@@ -1,0 +1,79 @@
+"""One Spark query copies several flows between different clusters: the source reader and
+the sink writer of `mirrorline_spark`, run in this process exactly as Spark's Python
+workers run them (plan the micro-batch, read each range into chunk rows, write them), on
+two real brokers, crossing in both directions at once. Spark itself adds nothing to what
+is checked here and runs in test_spark.py and test_spark_run.py."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+
+import pyarrow as pa
+import pytest
+from helpers import Record, consume_all, create_topic, produce
+from mirrorline_spark.options import SinkOptions, SourceOptions
+from mirrorline_spark.sink import write_batches
+from mirrorline_spark.source import KafkaStreamReader
+
+from mirrorline.dev.brokers import LocalBroker
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+
+def _micro_batch(options: dict[str, str]) -> list[list[pa.RecordBatch]]:
+    """Plan one micro-batch and read each of its Spark partitions (one per Kafka one)."""
+    reader = KafkaStreamReader(SourceOptions.parse(options))
+    try:
+        start = reader.initialOffset()
+        end = reader.latestOffset(start, None)  # type: ignore[arg-type]
+        return [list(reader.read(r)) for r in reader.partitions(start, end)]
+    finally:
+        reader.stop()
+
+
+async def test_one_query_copies_two_flows_between_two_clusters_in_both_directions(
+        primary: LocalBroker, backup: LocalBroker) -> None:
+    tag = secrets.token_hex(3)
+    # The same topic name on both clusters: the flows must not mix them up.
+    topic = f"feeds{tag}"
+    await create_topic(primary.bootstrap, topic, 2)
+    await create_topic(backup.bootstrap, topic, 1)
+    await produce(primary.bootstrap, topic, [
+        Record(f"p{i}".encode(), key=f"k{i}".encode(), partition=i % 2,
+               headers=[("h", b"1"), ("h", b"2")] if i == 3 else [],
+               timestamp_ms=1_700_000_000_000 + i) for i in range(10)])
+    await produce(backup.bootstrap, topic, [Record(None if i == 2 else f"b{i}".encode(),
+                                                   key=b"k", partition=0) for i in range(6)])
+    feeds = [
+        {"kafka": {"bootstrap.servers": primary.bootstrap}, "flow": "p->b",
+         "partitions": [[topic, 0, 1], [topic, 1, 0]], "topics": {topic: f"p.{topic}"}},
+        {"kafka": {"bootstrap.servers": backup.bootstrap}, "flow": "b->p",
+         "partitions": [[topic, 0, 0]], "topics": {topic: f"b.{topic}"}},
+    ]
+    await create_topic(backup.bootstrap, f"p.{topic}", 2)
+    await create_topic(primary.bootstrap, f"b.{topic}", 1)
+    source = {"feeds": json.dumps([{k: f[k] for k in ("kafka", "partitions")}
+                                   for f in feeds]),
+              "layout": "chunks"}
+    # The sink's feed i writes to the cluster the source's feed i does not read.
+    sink = SinkOptions.parse({"feeds": json.dumps([
+        {**feeds[0], "kafka": {"bootstrap.servers": backup.bootstrap}},
+        {**feeds[1], "kafka": {"bootstrap.servers": primary.bootstrap}}])})
+
+    tasks = await asyncio.to_thread(_micro_batch, source)
+    assert len(tasks) == 3  # one Spark partition per Kafka partition, of both feeds
+    acks = [a for chunks in tasks
+            for a in await asyncio.to_thread(write_batches, sink, iter(chunks))]
+
+    assert sorted((a.flow, a.partition, a.records) for a in acks) == [
+        ("b->p", 0, 6), ("p->b", 0, 4), ("p->b", 1, 5)]  # p->b partition 0 starts at 1
+    assert all(a.error is None and a.remote_topic == f"{a.flow[0]}.{topic}" for a in acks)
+    forward = await consume_all(backup.bootstrap, f"p.{topic}", expected=9, timeout=30)
+    assert [r.value for r in forward[0]] == [b"p2", b"p4", b"p6", b"p8"]
+    assert [r.value for r in forward[1]] == [b"p1", b"p3", b"p5", b"p7", b"p9"]
+    assert list(forward[1][1].headers) == [("h", b"1"), ("h", b"2")]
+    assert [r.timestamp for r in forward[1]] == [1_700_000_000_000 + i for i in (1, 3, 5, 7, 9)]
+    back = await consume_all(primary.bootstrap, f"b.{topic}", expected=6, timeout=30)
+    assert [r.value for r in back[0]] == [b"b0", b"b1", None, b"b3", b"b4", b"b5"]

@@ -1,0 +1,47 @@
+"""The options of the Spark source and sink: one query carries several flows (feeds),
+each with its own source and target cluster; a query of one flow may be written flat."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from mirrorline_spark.options import SinkOptions, SourceOptions
+
+
+def _feed(n: int) -> dict[str, object]:
+    return {"kafka": {"bootstrap.servers": f"h{n}:9092"}, "partitions": [["t", 0, 5 * n]],
+            "topics": {"t": f"c{n}.t"}, "flow": f"c{n}->d"}
+
+
+def test_a_query_of_several_flows_keeps_each_flows_clusters_and_partitions() -> None:
+    options = {"feeds": json.dumps([_feed(1), _feed(2)]), "layout": "chunks"}
+    source = SourceOptions.parse(options)
+    assert [f.kafka["bootstrap.servers"] for f in source.feeds] == ["h1:9092", "h2:9092"]
+    # The same topic and partition in two flows are two source partitions of the query.
+    assert source.starts == {(0, "t", 0): 5, (1, "t", 0): 10}
+    sink = SinkOptions.parse(options)
+    assert [(f.flow, f.topics) for f in sink.feeds] == [("c1->d", {"t": "c1.t"}),
+                                                        ("c2->d", {"t": "c2.t"})]
+
+
+def test_a_query_of_one_flow_may_give_its_options_flat() -> None:
+    feed = _feed(1)
+    options = {k: json.dumps(v) for k, v in feed.items() if k != "flow"} | {"flow": "c1->d"}
+    assert SourceOptions.parse(options).starts == {(0, "t", 0): 5}
+    assert SinkOptions.parse(options).feeds[0].flow == "c1->d"
+
+
+def test_rows_of_one_record_each_cannot_say_which_flow_they_belong_to() -> None:
+    with pytest.raises(ValueError, match="several feeds needs layout 'chunks'"):
+        SourceOptions.parse({"feeds": json.dumps([_feed(1), _feed(2)])})
+
+
+@pytest.mark.parametrize(("feeds", "message"), [
+    ("[]", "'feeds' must be a non-empty JSON list of objects"),
+    ("{", "option 'feeds' is not valid JSON"),
+    (json.dumps([{"kafka": {}}]), "feed 0: 'partitions' is required"),
+])
+def test_bad_feeds_are_named(feeds: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        SourceOptions.parse({"feeds": feeds, "layout": "chunks"})
