@@ -11,13 +11,19 @@ fetch response that arrived after the question, and no later than `PROBE_S`. Two
 show that for a partition: one of its records (the response that carried it carried the
 high watermark too), or its end-of-partition event, which librdkafka emits when a fetch
 finds nothing beyond the position it asked for, i.e. when the response's high watermark
-is that position (the consumer reads uncommitted, so that is the log end and not the last
-stable offset). Each assignment makes librdkafka fetch afresh under a new version and drop
+is that position. Each assignment makes librdkafka fetch afresh under a new version and drop
 whatever older fetches return, so neither event can come from a response to an earlier
 question. An idle partition thus costs one fetch the broker holds for `FETCH_WAIT_MS`,
 one with new records a round trip. (librdkafka's statistics, emitted on a timer, give a
 partition's cached watermarks and a broker's response counts, but not when a partition
 was last in a response, so they cannot tell the same.)
+
+The end is where the read tasks can read to, so the probe reads transactions as they do
+(the feed's `isolation.level`). Uncommitted, it is the high watermark. Committed, it is
+the last stable offset: the records of a transaction still open are not readable yet, and
+a micro-batch planned past them would wait for its commit. librdkafka caches the high
+watermark either way, so then the end is where the end-of-partition event fired (a
+committed fetch ends at the last stable offset) or just past the last record received.
 """
 
 from __future__ import annotations
@@ -43,6 +49,8 @@ class EndProbe:
 
     def __init__(self, kafka: dict[str, str]) -> None:
         self._kafka = kafka
+        #: Reads transactions committed only (librdkafka's default), as the tasks do.
+        self._committed = kafka.get("isolation.level", "read_committed") == "read_committed"
         self._consumer: Any = None
         self._high: dict[TopicPartitionKey, int] = {}
 
@@ -61,12 +69,19 @@ class EndProbe:
             return {}
         deadline = time.monotonic() + PROBE_S
         consumer = self._open()
-        consumer.assign([TopicPartition(t, p, self._high.get((t, p), o))
-                         for (t, p), o in positions.items()])
+        fetch_from = {k: self._high.get(k, o) for k, o in positions.items()}
+        consumer.assign([TopicPartition(t, p, o) for (t, p), o in fetch_from.items()])
         try:
-            self._await_responses(consumer, set(positions), deadline)
+            seen = self._await_responses(consumer, set(positions), deadline)
             for (t, p) in positions:
                 _, high = consumer.get_watermark_offsets(TopicPartition(t, p), cached=True)
+                if self._committed and (t, p) in seen:
+                    high = seen[(t, p)]
+                elif self._committed and not 0 <= high < fetch_from[(t, p)]:
+                    # No event: the cached high watermark may lie past the last stable
+                    # offset. Only one below where the probe fetched from is taken (a
+                    # source that lost records): an end below the position plans nothing.
+                    high = -1
                 if high >= 0:
                     self._high[(t, p)] = max(high, self._high.get((t, p), high))
         finally:
@@ -77,17 +92,29 @@ class EndProbe:
 
     @staticmethod
     def _await_responses(consumer: Any, pending: set[TopicPartitionKey],
-                         deadline: float) -> None:
+                         deadline: float) -> dict[TopicPartitionKey, int]:
         """Consume until every pending partition has had a record, an end-of-partition
         event or an error of its own (no fresh end will come for it then), or until the
-        deadline."""
+        deadline. Returns, per partition, the furthest offset readable as seen: past its
+        last record received, or where its end-of-partition event fired."""
+        from confluent_kafka import KafkaError
+
+        seen: dict[TopicPartitionKey, int] = {}
         while pending and (left := deadline - time.monotonic()) > 0:
             first = consumer.poll(left)
             if first is None:
-                return
+                break
             for message in [first, *consumer.consume(num_messages=_DRAIN, timeout=0)]:
-                if message.topic() is not None:  # errors of the client as a whole have none
-                    pending.discard((message.topic(), message.partition()))
+                if message.topic() is None:  # errors of the client as a whole have none
+                    continue
+                key = (message.topic(), message.partition())
+                pending.discard(key)
+                error = message.error()
+                if error is None:
+                    seen[key] = max(seen.get(key, 0), message.offset() + 1)
+                elif error.code() == KafkaError._PARTITION_EOF:
+                    seen[key] = max(seen.get(key, 0), message.offset())
+        return seen
 
     def _open(self) -> Any:
         from confluent_kafka import Consumer
@@ -96,9 +123,6 @@ class EndProbe:
             self._consumer = Consumer({
                 **self._kafka, "group.id": "mirrorline-spark-probe",
                 "enable.auto.commit": False, "enable.partition.eof": True,
-                # The end-of-partition event then marks the high watermark (with
-                # read_committed it would mark the last stable offset instead).
-                "isolation.level": "read_uncommitted",
                 "fetch.wait.max.ms": FETCH_WAIT_MS, "max.partition.fetch.bytes": 1024,
                 # A position out of range (Apache Kafka's answer past the end or before
                 # the start) restarts fetching at the log start, not ListOffsets(latest).

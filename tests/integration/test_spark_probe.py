@@ -26,9 +26,11 @@ pytestmark = pytest.mark.integration
 Ends = dict[tuple[str, int], int]
 
 
-@pytest.fixture
-def end_probe(primary: LocalBroker) -> Iterator[EndProbe]:
-    probe = EndProbe({"bootstrap.servers": primary.bootstrap})
+@pytest.fixture(params=["read_uncommitted", "read_committed"])
+def end_probe(primary: LocalBroker, request: pytest.FixtureRequest) -> Iterator[EndProbe]:
+    """Both ways of reading transactions: without any, the ends are the same."""
+    probe = EndProbe({"bootstrap.servers": primary.bootstrap,
+                      "isolation.level": request.param})
     try:
         yield probe
     finally:
@@ -101,3 +103,44 @@ async def test_positions_beyond_the_data_get_the_true_end_then_its_growth(
     monkeypatch.setattr(probe_module, "PROBE_S", 10.0)
     await _write(primary.bootstrap, topic, {0: 50, 1: 1})
     assert await _ends(end_probe, beyond) == {(topic, 0): 55, (topic, 1): 1}
+
+
+@pytest.mark.parametrize("isolation", ["read_committed", "read_uncommitted"])
+async def test_an_open_transaction_ends_what_a_committed_read_can_plan(
+    primary: LocalBroker, unique: str, monkeypatch: pytest.MonkeyPatch, isolation: str,
+) -> None:
+    """Read committed, a micro-batch planned past the last stable offset would wait for
+    the transaction to end: the end is that offset until it commits. Read uncommitted
+    (the workers' and the Java client's default), the open transaction's records are
+    readable and the end is the high watermark."""
+    from confluent_kafka import Producer
+    from mirrorline_spark.source import KafkaRange, read_range
+
+    monkeypatch.setattr(probe_module, "PROBE_S", 10.0)
+    topic = f"{unique}-txn"
+    await create_topic(primary.bootstrap, topic, partitions=1)
+    await _write(primary.bootstrap, topic, {0: 5})
+    kafka = {"bootstrap.servers": primary.bootstrap, "isolation.level": isolation}
+    txn = Producer({"bootstrap.servers": primary.bootstrap,
+                    "transactional.id": f"{unique}-txn"})
+    await asyncio.to_thread(txn.init_transactions, 30)
+    txn.begin_transaction()
+    for i in range(3):
+        txn.produce(topic, b"t%d" % i, partition=0)
+    await asyncio.to_thread(txn.flush, 30)
+    await _write(primary.bootstrap, topic, {0: 1})  # after the open transaction: offset 8
+    probe = EndProbe(kafka)
+    try:
+        end = (await _ends(probe, {(topic, 0): 0}))[(topic, 0)]
+        assert end == (5 if isolation == "read_committed" else 9)
+        # What was planned is read to its end at once, open transaction or not.
+        batches = await asyncio.to_thread(
+            lambda: list(read_range(kafka, KafkaRange(0, topic, 0, 0, end))))
+        assert sum(b.num_rows for b in batches) == end
+        await asyncio.to_thread(txn.commit_transaction, 30)
+
+        async def committed() -> bool:  # the commit marker follows the records: 9
+            return (await _ends(probe, {(topic, 0): end}))[(topic, 0)] >= 9
+        await wait_for(committed, 30, "the end did not move past the committed transaction")
+    finally:
+        probe.close()

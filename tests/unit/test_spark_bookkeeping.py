@@ -129,3 +129,18 @@ def test_the_command_refuses_bad_spark_settings_with_status_2(
     assert result.returncode == 2
     assert message in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_acknowledgements_of_a_flow_the_executor_does_not_run_fail_the_micro_batch(
+        tmp_path: object) -> None:
+    """Nothing is recorded and the micro-batch fails (so it is copied again from recorded
+    progress) rather than acknowledgements being dropped unseen. No Spark is started: the
+    driver object only holds its thread."""
+    from mirrorline_spark.executor.driver import SparkDriver
+    from mirrorline_spark.executor.query import ExecutorQuery
+
+    query = ExecutorQuery(SparkDriver("local[1]", {}, "t"), {}, worker_id="spark:0",
+                          workdir=str(tmp_path))
+    acks = [PartitionAcks("t", 0, "a.t", [(0, 2, 0)], flow="a->b")]
+    assert query._on_batch(7, acks) == ("micro-batch 7 holds acknowledgements of flow "
+                                        "'a->b', which this executor does not run")

@@ -8,7 +8,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from mirrorline.core.rejects import rejected_record
-from mirrorline.kafka.rdkafka import rdkafka_config
+from mirrorline.kafka.rdkafka import rdkafka_config, rdkafka_consumer_config
 from mirrorline.telemetry.replication import ReplicationMetrics
 
 
@@ -56,6 +56,17 @@ def test_the_targets_record_size_limit_reaches_librdkafka() -> None:
     assert rdkafka_config({"bootstrap.servers": "h:1", "max.request.size": "10"})[
         "message.max.bytes"] == "1000"
     assert "message.max.bytes" not in rdkafka_config({"bootstrap.servers": "h:1"})
+
+
+def test_the_spark_path_reads_transactions_as_the_workers_do() -> None:
+    """librdkafka alone would read committed; the workers (and MM2's Java consumer) read
+    uncommitted unless `isolation.level` says otherwise."""
+    assert rdkafka_consumer_config({"bootstrap.servers": "h:1"})[
+        "isolation.level"] == "read_uncommitted"
+    assert rdkafka_consumer_config({"bootstrap.servers": "h:1",
+                                    "isolation.level": "read_committed"})[
+        "isolation.level"] == "read_committed"
+    assert "isolation.level" not in rdkafka_config({"bootstrap.servers": "h:1"})
 
 
 def test_a_refused_record_is_named_the_same_way_on_every_path() -> None:

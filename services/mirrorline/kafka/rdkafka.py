@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 from mirrorline.kafka.clients import consumer_kwargs
 
-__all__ = ["rdkafka_config"]
+__all__ = ["rdkafka_config", "rdkafka_consumer_config"]
 
 _PEM_KEYS = {
     "ssl.truststore.location": "ssl.ca.location",
@@ -48,3 +48,15 @@ def rdkafka_config(java: Mapping[str, str]) -> dict[str, str]:
         # a larger record is refused before it is sent, and its partition stops.
         out["message.max.bytes"] = str(max(1000, int(java["max.request.size"])))
     return out
+
+
+def rdkafka_consumer_config(java: Mapping[str, str]) -> dict[str, str]:
+    """`rdkafka_config` for a consumer: also what it reads of transactions.
+
+    `isolation.level` is the one setting that changes which records a copy holds, so both
+    paths read alike: as configured, else `read_uncommitted` -- the Java client's default
+    and the workers' -- where librdkafka's own default would be `read_committed`.
+    """
+    kwargs, _ = consumer_kwargs(java)
+    return {**rdkafka_config(java),
+            "isolation.level": str(kwargs.get("isolation_level") or "read_uncommitted")}

@@ -25,7 +25,7 @@ from mirrorline.core.settings import FlowSettings
 from mirrorline.core.tail_match import Verdict
 from mirrorline.kafka.acked import FlowBookkeeping
 from mirrorline.kafka.flowclients import FlowClients
-from mirrorline.kafka.rdkafka import rdkafka_config
+from mirrorline.kafka.rdkafka import rdkafka_config, rdkafka_consumer_config
 from mirrorline.kafka.starts import StartPlanner
 from mirrorline.kafka.watermarks import HighWatermarkProbe
 from mirrorline.telemetry.replication import PartitionMetrics, ReplicationMetrics
@@ -154,7 +154,7 @@ class FlowRun:
             metrics.lag = functools.partial(self.lag, (topic, partition))
         self.running = dict(partitions)
         return Feed(flow=self.name,
-                    source=rdkafka_config(self.settings.clients.source_consumer),
+                    source=rdkafka_consumer_config(self.settings.clients.source_consumer),
                     target=rdkafka_config(self.settings.clients.target_producer),
                     starts={k: self.next_offsets[k] for k in partitions},
                     topics={t: remote for (t, _), remote in partitions.items()})
