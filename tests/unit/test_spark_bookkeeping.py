@@ -137,10 +137,28 @@ def test_acknowledgements_of_a_flow_the_executor_does_not_run_fail_the_micro_bat
     progress) rather than acknowledgements being dropped unseen. No Spark is started: the
     driver object only holds its thread."""
     from mirrorline_spark.executor.driver import SparkDriver
+    from mirrorline_spark.executor.holds import Holds
     from mirrorline_spark.executor.query import ExecutorQuery
 
     query = ExecutorQuery(SparkDriver("local[1]", {}, "t"), {}, worker_id="spark:0",
-                          workdir=str(tmp_path))
+                          workdir=str(tmp_path), holds=Holds())
     acks = [PartitionAcks("t", 0, "a.t", [(0, 2, 0)], flow="a->b")]
     assert query._on_batch(7, acks) == ("micro-batch 7 holds acknowledgements of flow "
                                         "'a->b', which this executor does not run")
+
+
+def test_a_flow_that_cannot_start_is_held_back_longer_after_each_failure() -> None:
+    """One query copies every flow: a flow whose cluster does not answer is left out and
+    tried again later, each retry (a query restart) further apart, up to a minute."""
+    from mirrorline_spark.executor.holds import FIRST_S, MAX_S, Holds
+
+    now = [100.0]
+    holds = Holds(clock=lambda: now[0])
+    assert not holds.held("a->b")
+    delays = [holds.failed("a->b") for _ in range(6)]
+    assert delays == [FIRST_S, 2 * FIRST_S, 4 * FIRST_S, 8 * FIRST_S, MAX_S, MAX_S]
+    assert holds.held("a->b") and not holds.held("c->d")
+    now[0] += MAX_S
+    assert not holds.held("a->b")  # due for a retry
+    holds.started("a->b")
+    assert holds.failed("a->b") == FIRST_S  # a success starts the delays over

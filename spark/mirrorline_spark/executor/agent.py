@@ -33,6 +33,7 @@ from mirrorline.telemetry.replication import ReplicationMetrics
 from mirrorline.v1 import coordinator_pb2, flows_pb2
 from mirrorline_spark.executor.driver import SparkDriver
 from mirrorline_spark.executor.flowrun import FlowRun
+from mirrorline_spark.executor.holds import Holds
 from mirrorline_spark.executor.query import ExecutorQuery
 
 log = logging.getLogger(__name__)
@@ -52,7 +53,9 @@ class SparkAgent:
         self._driver = driver
         self._metrics = metrics
         self.runs: dict[str, FlowRun] = {}
-        self.query = ExecutorQuery(driver, self.runs, worker_id=worker_id, workdir=workdir)
+        self._holds = Holds()
+        self.query = ExecutorQuery(driver, self.runs, worker_id=worker_id, workdir=workdir,
+                                   holds=self._holds)
         self.broken: dict[str, str] = {}
         self.acted_offset = -1
         self._problem_cleared_at: float | None = None
@@ -132,6 +135,8 @@ class SparkAgent:
             if record is None or record.paused:
                 continue
             if name not in self.runs:
+                if self._holds.held(name):
+                    continue
                 try:
                     settings = flow_settings(self.deployment, Definition(
                         record.source, record.target, record.properties))
@@ -139,7 +144,12 @@ class SparkAgent:
                     self.broken[name] = str(exc)
                     continue
                 run = FlowRun(settings, metrics=self._metrics, worker_id=self.worker_id)
-                await run.open()
+                try:
+                    await run.open()
+                except Exception as exc:  # its clusters do not answer: the others go on
+                    log.warning("%s: cannot connect for Spark yet (%r); trying again in %.0fs",
+                                name, exc, self._holds.failed(name))
+                    continue
                 self.runs[name] = run
             wanted[name] = parts
         await self.query.apply(wanted, drain=not self.fenced)

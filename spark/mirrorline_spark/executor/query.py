@@ -31,6 +31,7 @@ from mirrorline_spark.acks import PartitionAcks
 from mirrorline_spark.executor.acksrv import AckServer
 from mirrorline_spark.executor.driver import RunningQuery, SparkDriver
 from mirrorline_spark.executor.flowrun import Feed, FlowRun, Key
+from mirrorline_spark.executor.holds import Holds
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +41,10 @@ DRAIN_S = 20.0
 
 class ExecutorQuery:
     def __init__(self, driver: SparkDriver, runs: Mapping[str, FlowRun], *, worker_id: str,
-                 workdir: str) -> None:
+                 workdir: str, holds: Holds) -> None:
         self._driver = driver
+        #: Flows whose start failed, held back for a while (shared with the agent).
+        self._holds = holds
         #: The executor's flows by name (the agent's, read here, never changed here).
         self._runs = runs
         self.name = "mirrorline_" + re.sub(r"[^A-Za-z0-9_]", "_", worker_id)
@@ -79,7 +82,7 @@ class ExecutorQuery:
             runnable = {}
             for name, run in self._runs.items():
                 parts = run.want(wanted.get(name, {}))
-                if parts and self.problem is None:
+                if parts and self.problem is None and not self._holds.held(name):
                     runnable[name] = parts
             running = {name: run.running for name, run in self._runs.items() if run.running}
             if runnable == running and (self._query is not None or not runnable):
@@ -91,7 +94,14 @@ class ExecutorQuery:
         await self._stop_query(drain=drain)
         feeds: list[Feed] = []
         for name, parts in sorted(runnable.items()):
-            feed = await self._runs[name].plan(parts)
+            try:
+                feed = await self._runs[name].plan(parts)
+            except Exception as exc:  # its cluster does not answer: the others go on
+                log.warning("%s: cannot start its partitions on Spark yet (%r); the query "
+                            "runs without them, trying again in %.0fs", name, exc,
+                            self._holds.failed(name))
+                continue
+            self._holds.started(name)
             if feed is not None:
                 feeds.append(feed)
         if feeds:
