@@ -81,6 +81,10 @@ def test_spark_conf_entries_must_be_spark_settings() -> None:
         preflight.parse_spark_conf(["novalue"])
     with pytest.raises(ConfigError, match=r"'executor\.memory' is not a Spark setting"):
         preflight.parse_spark_conf(["executor.memory=2g"])
+    assert preflight.parse_spark_conf(["spark.submit.deployMode=client"])
+    with pytest.raises(ConfigError, match="deployMode=cluster is not supported: the "
+                                          "executor is the Spark driver itself"):
+        preflight.parse_spark_conf(["spark.submit.deployMode=cluster"])
 
 
 def test_a_java_home_without_java_is_named(tmp_path: object, monkeypatch: pytest.MonkeyPatch
