@@ -74,7 +74,13 @@ class ProgressStore:
         self._task = asyncio.create_task(self._run(), name=f"progress -> {self.topic}")
 
     def save(self, topic: str, partition: int, next_offset: int) -> None:
-        """Record (soon) that everything below `next_offset` is on the target."""
+        """Record (soon) that everything below `next_offset` is on the target.
+
+        Offset 0 -- a partition let go before anything of it was copied -- records
+        nothing: MM2's progress names the last offset copied, and no record is how it says
+        "none yet"."""
+        if next_offset < 1:
+            return
         self._dirty[(topic, partition)] = next_offset
         self._saved += 1
         self._wake.set()
@@ -106,25 +112,42 @@ class ProgressStore:
                 continue
             upto = self._saved
             batch, self._dirty = self._dirty, {}
-            futures = [
-                await self._producer.send(
-                    self.topic, key=source_offset_key(self.source_alias, topic, partition),
-                    value=encode_offset(next_offset - 1))
-                for (topic, partition), next_offset in batch.items()
-            ]
-            results = await asyncio.gather(*futures, return_exceptions=True)
-            failed = [(key, r) for key, r in zip(batch, results, strict=True)
-                      if isinstance(r, BaseException)]
+            failed = await self._write(batch)
             if failed:
                 self.failures += len(failed)
                 log.warning("%d progress writes failed (first: %r); retrying", len(failed),
-                            failed[0][1])
-                for key, _ in failed:  # keep the newest position, whichever is later
+                            next(iter(failed.values())))
+                for key in failed:  # keep the newest position, whichever is later
                     self._dirty.setdefault(key, batch[key])
                 await asyncio.sleep(1.0)
                 self._wake.set()
             else:
                 self._durable.reached(upto)
+
+    async def _write(self, batch: Mapping[TopicPartitionKey, int]
+                     ) -> dict[TopicPartitionKey, BaseException]:
+        """Send one round; returns the writes that failed (to retry). Nothing here ends
+        the writer: a dead writer would leave every later save unwritten and every flush
+        waiting out its timeout."""
+        sent: dict[TopicPartitionKey, asyncio.Future[Any]] = {}
+        failed: dict[TopicPartitionKey, BaseException] = {}
+        for (topic, partition), next_offset in batch.items():
+            try:
+                key = source_offset_key(self.source_alias, topic, partition)
+                value = encode_offset(next_offset - 1)
+            except ValueError as exc:  # cannot be written, now or ever: say so, drop it
+                log.error("progress of %s-%d not recordable: %s", topic, partition, exc)
+                continue
+            try:
+                sent[(topic, partition)] = await self._producer.send(self.topic, key=key,
+                                                                     value=value)
+            except Exception as exc:  # e.g. no metadata for the topic yet
+                failed[(topic, partition)] = exc
+        results = await asyncio.gather(*sent.values(), return_exceptions=True)
+        for k, result in zip(sent, results, strict=True):
+            if isinstance(result, BaseException):
+                failed[k] = result
+        return failed
 
 
 async def read_progress(target_consumer: Mapping[str, Any], source_alias: str
