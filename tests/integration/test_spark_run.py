@@ -371,19 +371,25 @@ async def test_an_executor_cut_off_from_the_controller_stops_copying_and_loses_n
 
 async def test_a_failing_spark_query_hands_its_partitions_back_and_status_says_why(
         run: Run, primary: LocalBroker, backup: LocalBroker) -> None:
-    """The query's checkpoint directory disappears under it (as when a temp-file cleaner
-    sweeps /tmp): Spark cannot record the next micro-batch and the query fails."""
+    """The query's checkpoint directory disappears under it, again and again (as when a
+    temp-file cleaner sweeps /tmp): Spark cannot record the next micro-batch (the flow's
+    heartbeats topic brings one every second) and the query fails. The sweeping goes on
+    until it does, because a query the executor restarts meanwhile (another flow's
+    partition moving) starts with a fresh directory."""
     source, target, topic = run.pinned
     remote = f"{source}.{topic}"
     await run.wait_owned(topic, [0], EXECUTOR, "partition 0 is not on the executor")
-    checkpoints = glob.glob(str(run.tmp / f"mirrorline-spark-{QUERY}-*"))
-    assert checkpoints, os.listdir(run.tmp)
-    for path in checkpoints:
-        shutil.rmtree(path)
+    assert glob.glob(str(run.tmp / f"mirrorline-spark-{QUERY}-*")), os.listdir(run.tmp)
     await produce(primary.bootstrap, topic, [Record(f"e{i}".encode(), partition=0)
                                              for i in range(10)])
-    await run.wait_owned(topic, [0], WORKER, "the partitions did not go back to the worker",
-                         timeout=60)
+
+    async def given_back() -> bool:
+        for path in glob.glob(str(run.tmp / f"mirrorline-spark-{QUERY}-*")):
+            shutil.rmtree(path, ignore_errors=True)
+        now = await run.partitions(topic)
+        return 0 in now and now[0].worker_id == WORKER and now[0].state == RUNNING
+    await wait_for(given_back, 60, f"the partitions did not go back to the worker\n"
+                   f"{run.tail()}", interval=0.5)
 
     async def said() -> bool:
         return any(p.executor_id == EXECUTOR and f"Spark query {QUERY} (flows " in p.problem
