@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import time
 from collections import OrderedDict
@@ -52,6 +53,8 @@ class ControlLog:
         self._producer = (AIOKafkaProducer(**dict(producer_kwargs, acks="all"))
                           if producer_kwargs is not None else None)
         self._outcomes: OrderedDict[int, Outcome] = OrderedDict()
+        #: What was applied at each recent offset (a digest of the record's bytes).
+        self._digests: OrderedDict[int, bytes] = OrderedDict()
         self._applied = asyncio.Condition()
         self._listeners: list[Listener] = []
         self._task: asyncio.Task[None] | None = None
@@ -112,11 +115,15 @@ class ControlLog:
         if self._producer is None:
             raise RuntimeError("this control log reader cannot append")
         record.timestamp_ms = record.timestamp_ms or int(time.time() * 1000)
+        payload = record.SerializeToString()
         metadata = await asyncio.wait_for(
-            self._producer.send_and_wait(self.topic, record.SerializeToString(), partition=0),
-            timeout)
+            self._producer.send_and_wait(self.topic, payload, partition=0), timeout)
         offset: int = metadata.offset
-        if offset <= self.state.applied_offset:
+        # The reader may apply the record before the acknowledgement is handled: then
+        # what was applied at that offset is this very record. Anything else there means
+        # the log was replaced under us.
+        if offset <= self.state.applied_offset \
+                and self._digests.get(offset) != _digest(payload):
             self._suspect = (f"an append landed at offset {offset}, but offset "
                              f"{self.state.applied_offset} was already applied")
             raise RuntimeError(f"the control log {self.topic} went backwards; not trusting "
@@ -178,6 +185,7 @@ class ControlLog:
             return
         self.state = ControlState()
         self._outcomes.clear()
+        self._digests.clear()
         for record in await self._reader.read_to_end():
             self._apply(record.offset, record.value)
         if not self.state.seeded:
@@ -207,11 +215,18 @@ class ControlLog:
             return
         outcome = self.state.apply(offset, record)
         self._outcomes[offset] = outcome
+        self._digests[offset] = _digest(value or b"")
         while len(self._outcomes) > 10_000:
             self._outcomes.popitem(last=False)
+        while len(self._digests) > 10_000:
+            self._digests.popitem(last=False)
         if outcome is not Outcome.APPLIED:
             log.info("control log offset %d (%s from %s, epoch %d) not applied: %s", offset,
                      record.WhichOneof("event"), record.controller_id, record.epoch,
                      outcome.value)
         for listener in self._listeners:
             listener(offset, record, outcome)
+
+
+def _digest(payload: bytes) -> bytes:
+    return hashlib.blake2b(payload, digest_size=16).digest()
