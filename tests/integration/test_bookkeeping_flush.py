@@ -45,55 +45,51 @@ async def busy(work: Callable[[int], None]) -> AsyncIterator[None]:
         await asyncio.gather(task, return_exceptions=True)
 
 
-async def test_progress_flush_returns_once_what_it_saw_is_durable_while_others_save(
-        backup: LocalBroker, unique: str, caplog: pytest.LogCaptureFixture) -> None:
+@pytest.fixture
+async def store(backup: LocalBroker, unique: str, caplog: pytest.LogCaptureFixture
+                ) -> AsyncIterator[ProgressStore]:
+    """A started progress store of a fresh source alias on `backup`; warnings captured."""
     alias = f"src{unique[-6:]}"
     await create_topic(backup.bootstrap, progress_topic(alias), PROGRESS_PARTITIONS)
     producer = AIOKafkaProducer(bootstrap_servers=backup.bootstrap, linger_ms=1)
     await producer.start()
-    store = ProgressStore(source_alias=alias, producer=producer, replication_factor=1,
-                          consumer_kwargs={"bootstrap_servers": backup.bootstrap})
-    store.start()
+    progress = ProgressStore(source_alias=alias, producer=producer, replication_factor=1,
+                             consumer_kwargs={"bootstrap_servers": backup.bootstrap})
+    progress.start()
     caplog.set_level(logging.WARNING, logger="mirrorline.kafka.progress")
     try:
-        async with busy(lambda n: store.save("kept", n % 4, n + 1)):
-            await asyncio.sleep(0.2)
-            store.save("moving", 0, 1234)
-            await store.flush(timeout=8.0)
-            assert "not written within" not in caplog.text
-            durable = await read_progress({"bootstrap_servers": backup.bootstrap}, alias)
-            assert durable[("moving", 0)] == 1234
+        yield progress
     finally:
-        await store.stop()
+        await progress.stop()
         await producer.stop()
 
 
+async def test_progress_flush_returns_once_what_it_saw_is_durable_while_others_save(
+        backup: LocalBroker, store: ProgressStore, caplog: pytest.LogCaptureFixture) -> None:
+    async with busy(lambda n: store.save("kept", n % 4, n + 1)):
+        await asyncio.sleep(0.2)
+        store.save("moving", 0, 1234)
+        await store.flush(timeout=8.0)
+        assert "not written within" not in caplog.text
+        durable = await read_progress({"bootstrap_servers": backup.bootstrap},
+                                      store.source_alias)
+        assert durable[("moving", 0)] == 1234
+
+
 async def test_a_partition_let_go_before_its_first_copy_does_not_stop_progress(
-        backup: LocalBroker, unique: str, caplog: pytest.LogCaptureFixture) -> None:
+        backup: LocalBroker, store: ProgressStore, caplog: pytest.LogCaptureFixture) -> None:
     """A partition moved away before anything of it was copied is released at offset 0.
     That records nothing (MM2's progress names the last offset copied), and the other
     partitions' progress keeps being written: the writer used to die on it, after which
     no progress of the flow was recorded and every hand-over waited out the flush."""
-    alias = f"src{unique[-6:]}"
-    await create_topic(backup.bootstrap, progress_topic(alias), PROGRESS_PARTITIONS)
-    producer = AIOKafkaProducer(bootstrap_servers=backup.bootstrap, linger_ms=1)
-    await producer.start()
-    store = ProgressStore(source_alias=alias, producer=producer, replication_factor=1,
-                          consumer_kwargs={"bootstrap_servers": backup.bootstrap})
-    store.start()
-    caplog.set_level(logging.WARNING, logger="mirrorline.kafka.progress")
-    try:
-        store.save("idle", 0, 0)
-        store.save("busy", 0, 10)
-        await store.flush(timeout=8.0)
-        store.save("busy", 0, 20)
-        await store.flush(timeout=8.0)
-        assert "not written within" not in caplog.text
-        durable = await read_progress({"bootstrap_servers": backup.bootstrap}, alias)
-        assert durable == {("busy", 0): 20}
-    finally:
-        await store.stop()
-        await producer.stop()
+    store.save("idle", 0, 0)
+    store.save("busy", 0, 10)
+    await store.flush(timeout=8.0)
+    store.save("busy", 0, 20)
+    await store.flush(timeout=8.0)
+    assert "not written within" not in caplog.text
+    durable = await read_progress({"bootstrap_servers": backup.bootstrap}, store.source_alias)
+    assert durable == {("busy", 0): 20}
 
 
 async def test_offset_map_flush_returns_once_what_it_saw_is_acknowledged_while_runs_arrive(
