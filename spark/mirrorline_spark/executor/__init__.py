@@ -1,2 +1,2 @@
 """`mirrorline spark-executor`: a worker of kind `spark` that copies the partitions the
-controller hands it with one Structured Streaming query per flow."""
+controller hands it with one Structured Streaming query, whatever flows they belong to."""
