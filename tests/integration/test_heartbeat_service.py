@@ -115,6 +115,17 @@ async def assert_clean_sigterm(proc: ServiceProcess) -> None:
     assert "Traceback" not in log and "never awaited" not in log, log
 
 
+def heartbeat_service(tmp_path: Path, name: str, config_text: str) -> ServiceProcess:
+    """A `mirrorline heartbeat` process (not started) on `config_text`, logging to
+    `<name>.log`."""
+    config = tmp_path / f"{name}.properties"
+    config.write_text(config_text)
+    port = free_port()
+    return ServiceProcess(["heartbeat", "--config", str(config), "--grpc-port", str(port),
+                           "--metrics-port", "-1"], grpc_port=port,
+                          log_path=tmp_path / f"{name}.log")
+
+
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "mirrorline", *args], capture_output=True,
                           text=True, timeout=60, check=False)
@@ -524,14 +535,9 @@ async def test_unreachable_cluster_is_never_ok_and_sigterm_stops_quickly(
     """A flow into a cluster nobody listens on: its paths and canary are unknown with the
     reason, the service keeps serving what it can and stops within seconds."""
     dead = f"127.0.0.1:{free_port()}"
-    config = tmp_path / "dead.properties"
-    config.write_text(mm2_config({"alpha": chain.brokers["alpha"], "nowhere": dead},
-                                 {"alpha->nowhere": {}}, canary_interval_ms="250",
-                                 audit_window_ms="1000"))
-    port = free_port()
-    proc = ServiceProcess(["heartbeat", "--config", str(config), "--grpc-port", str(port),
-                           "--metrics-port", "-1"], grpc_port=port,
-                          log_path=tmp_path / "dead.log")
+    proc = heartbeat_service(tmp_path, "dead", mm2_config(
+        {"alpha": chain.brokers["alpha"], "nowhere": dead}, {"alpha->nowhere": {}},
+        canary_interval_ms="250", audit_window_ms="1000"))
     await proc.start()
     try:
         stub = admin_pb2_grpc.AdminStub(proc.channel)
@@ -562,14 +568,9 @@ async def test_unreachable_cluster_is_never_ok_and_sigterm_stops_quickly(
 async def test_sigterm_while_the_audit_is_still_starting(chain: Chain, tmp_path: Path) -> None:
     """SIGTERM as soon as the gRPC server answers, while the audit's faust app is still
     joining its group: the process exits cleanly all the same."""
-    config = tmp_path / "early.properties"
-    config.write_text(mm2_config({a: chain.brokers[a] for a in ("alpha", "charlie")},
-                                 {"alpha->charlie": {"topics": "nothing-here"}},
-                                 mirrorline_deployment="early"))
-    port = free_port()
-    proc = ServiceProcess(["heartbeat", "--config", str(config), "--grpc-port", str(port),
-                           "--metrics-port", "-1"], grpc_port=port,
-                          log_path=tmp_path / "early.log")
+    proc = heartbeat_service(tmp_path, "early", mm2_config(
+        {a: chain.brokers[a] for a in ("alpha", "charlie")},
+        {"alpha->charlie": {"topics": "nothing-here"}}, mirrorline_deployment="early"))
     await proc.start()
     try:
         async def answering() -> bool:
@@ -587,15 +588,10 @@ async def test_sigterm_after_the_target_went_down_while_running(chain: Chain,
     still ends the service within seconds, with status 0 and no traceback -- faust's
     consumer thread, stuck on the dead cluster, no longer holds the process."""
     delta = await start_broker("delta", log_dir=tmp_path)
-    config = tmp_path / "down.properties"
-    config.write_text(mm2_config({"alpha": chain.brokers["alpha"], "delta": delta},
-                                 {"alpha->delta": {"topics": "nothing-here"}},
-                                 canary_interval_ms="250", audit_window_ms="1000",
-                                 mirrorline_deployment="down"))
-    port = free_port()
-    proc = ServiceProcess(["heartbeat", "--config", str(config), "--grpc-port", str(port),
-                           "--metrics-port", "-1"], grpc_port=port,
-                          log_path=tmp_path / "down.log")
+    proc = heartbeat_service(tmp_path, "down", mm2_config(
+        {"alpha": chain.brokers["alpha"], "delta": delta},
+        {"alpha->delta": {"topics": "nothing-here"}}, canary_interval_ms="250",
+        audit_window_ms="1000", mirrorline_deployment="down"))
     await proc.start()
     try:
         await proc.wait_serving(60)  # SERVING: every part, the faust app included, runs
