@@ -29,6 +29,11 @@ def rdkafka_config(java: Mapping[str, str]) -> dict[str, str]:
     Raises ConfigError (naming the key) for anything the aiokafka translation refuses.
     """
     kwargs, _ = consumer_kwargs(java)  # validates (SASL, SSL files, protocol) or raises
+    return _connection(java, kwargs)
+
+
+def _connection(java: Mapping[str, str], kwargs: Mapping[str, object]) -> dict[str, str]:
+    """The librdkafka settings of `java`, from its validated aiokafka translation."""
     servers = kwargs.get("bootstrap_servers")
     out = {"bootstrap.servers": ",".join(servers) if isinstance(servers, list)
            else str(servers)}
@@ -58,5 +63,5 @@ def rdkafka_consumer_config(java: Mapping[str, str]) -> dict[str, str]:
     and the workers' -- where librdkafka's own default would be `read_committed`.
     """
     kwargs, _ = consumer_kwargs(java)
-    return {**rdkafka_config(java),
+    return {**_connection(java, kwargs),
             "isolation.level": str(kwargs.get("isolation_level") or "read_uncommitted")}
