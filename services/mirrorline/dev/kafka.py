@@ -397,7 +397,7 @@ async def start_kafka(
     if nodes < 1:
         raise BrokerError(f"a cluster needs at least one node, not {nodes}")
     await asyncio.to_thread(require)
-    directory = Path(os.path.abspath(directory))
+    directory = await asyncio.to_thread(Path.absolute, directory)
     cluster_id, planned = await asyncio.to_thread(
         _prepare, directory, nodes, port, dict(extra_listeners or {}), dict(overrides or {}))
     storage_tool = java_command("kafka.tools.StorageTool",
