@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 import sys
 import time
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from aiokafka import AIOKafkaProducer
 
+from mirrorline.dev import kafka
 from mirrorline.dev.brokers import LocalBroker, start_broker, stop_broker_async
 from mirrorline.dev.portcheck import holder, is_free
 from mirrorline.kafka.admin import ClusterAdmin, TopicSpec
@@ -131,8 +133,29 @@ async def watch(primary: LocalBroker, backup: LocalBroker, *, timeout: float,
     return False
 
 
-async def run_demo(workdir: Path, *, timeout: float = 180.0) -> int:
-    await asyncio.to_thread(workdir.mkdir, parents=True, exist_ok=True)
+async def start_demo_cluster(broker: str, alias: str, workdir: Path) -> LocalBroker:
+    """One of the demo's clusters: Tansu (pip only) or Apache Kafka (Java and the jars)."""
+    if broker == "kafka":
+        directory = workdir / "kafka" / alias
+        # A demo starts from empty clusters: a folder formatted by an earlier run keeps its log.
+        await asyncio.to_thread(shutil.rmtree, directory, ignore_errors=True)
+        cluster = await kafka.start_kafka(alias, directory=directory)
+        return cluster.record()
+    return await start_broker(alias, log_dir=workdir / "logs")
+
+
+async def stop_demo_cluster(broker: LocalBroker) -> None:
+    await asyncio.gather(*(stop_broker_async(pid) for pid in broker.all_pids))
+
+
+async def run_demo(workdir: Path, *, timeout: float = 180.0, broker: str = "tansu") -> int:
+    await asyncio.to_thread((workdir / "logs").mkdir, parents=True, exist_ok=True)
+    if broker == "kafka":
+        try:
+            await asyncio.to_thread(kafka.require)
+        except kafka.KafkaNotInstalled as exc:
+            print(f"mirrorline: cannot start the demo: {exc}", file=sys.stderr)
+            return 1
     brokers: list[LocalBroker] = []
     run: asyncio.subprocess.Process | None = None
     try:
@@ -147,10 +170,11 @@ async def run_demo(workdir: Path, *, timeout: float = 180.0) -> int:
               f"--port-offset {offset} (controller on {GRPC_PORTS['controller'] + offset})")
     server = f"127.0.0.1:{GRPC_PORTS['controller'] + offset}"
     try:
-        print("starting local clusters 'primary' and 'backup' (Tansu)...", flush=True)
-        primary = await start_broker("primary", log_dir=workdir / "logs")
+        name = f"Apache Kafka {kafka.KAFKA_VERSION}" if broker == "kafka" else "Tansu"
+        print(f"starting local clusters 'primary' and 'backup' ({name})...", flush=True)
+        primary = await start_demo_cluster(broker, "primary", workdir)
         brokers.append(primary)
-        backup = await start_broker("backup", log_dir=workdir / "logs")
+        backup = await start_demo_cluster(broker, "backup", workdir)
         brokers.append(backup)
         config = workdir / "mm2.properties"
         await asyncio.to_thread(config.write_text, demo_config(primary, backup))
@@ -182,8 +206,8 @@ async def run_demo(workdir: Path, *, timeout: float = 180.0) -> int:
             if run.returncode is None:
                 run.kill()
                 await run.wait()
-        for broker in brokers:
-            await stop_broker_async(broker.pid)
+        for started in brokers:
+            await stop_demo_cluster(started)
         if brokers:
             print("stopped the local clusters")
 

@@ -32,6 +32,7 @@ from pathlib import Path
 from mirrorline.dev.brokers import (
     LOOPBACK,
     BrokerError,
+    LocalBroker,
     _children,
     free_port,
     is_alive,
@@ -272,6 +273,12 @@ class LocalKafkaCluster:
     @property
     def storage(self) -> str:
         return self.directory
+
+    def record(self) -> LocalBroker:
+        """The cluster as `mirrorline dev brokers` records it in its state file."""
+        return LocalBroker(alias=self.alias, port=self.port, pid=self.pid,
+                           storage=self.directory, log_path=self.log_path, kind="kafka",
+                           pids=self.pids, servers=self.bootstrap, cluster_id=self.cluster_id)
 
     def node(self, node_id: int) -> KafkaNode:
         for node in self.nodes:

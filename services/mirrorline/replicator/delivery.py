@@ -31,6 +31,12 @@ OnAck = Callable[[PartitionPump, Delivered], None]
 OnFailed = Callable[[PartitionPump], None]
 
 
+async def _send(producer: AIOKafkaProducer, batch: Any, pump: PartitionPump) -> Any:
+    """Queue `batch` for the pump's partition and wait for its acknowledgement."""
+    delivered = await producer.send_batch(batch, pump.target_topic, partition=pump.partition)
+    return await delivered
+
+
 class DeliveryLoop:
     def __init__(self, producer: AIOKafkaProducer, pumps: Mapping[TopicPartition, PartitionPump],
                  *, fetch: Fetch, on_ack: OnAck, on_failed: OnFailed | None = None,
@@ -78,14 +84,10 @@ class DeliveryLoop:
             if refusal is not None:
                 pump.failed(refusal, now)
                 continue
-            try:
-                future = await producer.send_batch(batch, pump.target_topic,
-                                                   partition=pump.partition)
-            except Exception as exc:
-                failed: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-                failed.set_exception(exc)
-                future = failed
-            self._in_flight[future] = pump
+            # A send of its own: queueing may wait (for the remote topic's metadata, for
+            # room), and a producer aborted meanwhile never ends that wait, so the loop
+            # must not sit in it; `settle_all` cancels such a send.
+            self._in_flight[asyncio.ensure_future(_send(producer, batch, pump))] = pump
 
     async def _settle_some(self) -> None:
         """Wait for an acknowledgement, a retry deadline or a wake-up; settle what is done."""
@@ -149,7 +151,12 @@ class DeliveryLoop:
         return not pending
 
     async def settle_all(self) -> None:
-        """Settle every batch in flight (after an abort they all resolve at once)."""
+        """Settle every batch in flight after an abort: queued batches failed with their
+        producer, and a send still waiting to be queued is cancelled, as the aborted
+        producer would never queue it. Either way the pump's batch counts as failed, and
+        its partition checks the target before sending those records again."""
+        for send in self._in_flight:
+            send.cancel()
         if self._in_flight:
             done, _ = await asyncio.wait(self._in_flight)
             self._settle(done)

@@ -1,0 +1,74 @@
+"""A fenced worker lets go of a partition whose batch never reached its producer's queue.
+
+Found on Apache Kafka: right after a remote topic is created, the first send of a partition
+waits in aiokafka for the topic's metadata. A worker that lost its lease then aborts the
+producer, and an aborted producer never ends that wait. The send was not counted as in
+flight, so nothing cancelled it, and the partition waited "for its batch in flight" for
+good: the worker copied nothing more until restarted (seen in `mirrorline dev demo
+--broker kafka` on a loaded machine: half of every topic copied, then a stall).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from aiokafka import AIOKafkaProducer, TopicPartition
+
+from mirrorline.dev import kafka
+from mirrorline.replicator.delivery import DeliveryLoop
+from mirrorline.replicator.pump import PartitionPump
+from mirrorline.replicator.sending import abort_sends
+
+pytestmark = [pytest.mark.integration, pytest.mark.kafka_only]
+
+
+@dataclass
+class Rec:
+    offset: int
+    value: bytes | None
+    key: bytes | None = b"k"
+    timestamp: int = 1_700_000_000_000
+    headers: tuple[tuple[str, bytes], ...] = ()
+    topic: str = "orders"
+    partition: int = 0
+
+
+async def test_a_send_waiting_for_metadata_settles_when_its_producer_is_aborted(
+        tmp_path: Path) -> None:
+    # A cluster that does not create topics on a metadata request: the remote topic's
+    # metadata never comes, as on a broker still propagating a new topic.
+    cluster = await kafka.start_kafka(
+        "no-auto-create", directory=tmp_path / "kafka",
+        overrides={"auto.create.topics.enable": "false"})
+    producer = AIOKafkaProducer(bootstrap_servers=cluster.bootstrap)
+    await producer.start()
+    try:
+        pump = PartitionPump(flow="a->b", source_topic="orders", target_topic="a.orders",
+                             partition=0, next_offset=0)
+        pump.offer([Rec(offset, b"v%d" % offset) for offset in range(3)])
+
+        async def fetch(timeout_ms: int) -> None:
+            await asyncio.sleep(min(timeout_ms, 50) / 1000)
+
+        delivery = DeliveryLoop(producer, {TopicPartition("orders", 0): pump}, fetch=fetch,
+                                on_ack=lambda _pump, _delivered: None)
+        copying = asyncio.create_task(delivery.run())
+        while not pump.in_flight:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.5)  # the send is waiting for the topic's metadata now
+
+        await abort_sends("a->b", None, delivery, "fenced")  # type: ignore[arg-type]
+
+        # The worker lets go only once the batch settled; before the fix it never did.
+        assert await delivery.wait_settled(pump, timeout=30.0), \
+            "the partition still waits for a batch its aborted producer will never queue"
+        assert not pump.in_flight
+        assert pump.next_offset == 0, "nothing was acknowledged, so nothing counts as copied"
+        copying.cancel()
+        await asyncio.gather(copying, return_exceptions=True)
+    finally:
+        await producer.stop()
+        await kafka.stop_kafka(cluster)
