@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from mirrorline.dev import kafka
 from mirrorline.replicator.delivery import DeliveryLoop
@@ -36,6 +37,15 @@ class Rec:
     partition: int = 0
 
 
+async def create_topic(bootstrap: str, topic: str) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, 1, 1)])
+    finally:
+        await admin.close()
+
+
 async def test_a_send_waiting_for_metadata_settles_when_its_producer_is_aborted(
         tmp_path: Path) -> None:
     # A cluster that does not create topics on a metadata request: the remote topic's
@@ -50,8 +60,14 @@ async def test_a_send_waiting_for_metadata_settles_when_its_producer_is_aborted(
                              partition=0, next_offset=0)
         pump.offer([Rec(offset, b"v%d" % offset) for offset in range(3)])
 
+        # The flow's fetch is a real consumer's: with nothing to wait for it returns at once.
+        await create_topic(cluster.bootstrap, "orders")
+        consumer = AIOKafkaConsumer(bootstrap_servers=cluster.bootstrap)
+        await consumer.start()
+        consumer.assign([TopicPartition("orders", 0)])
+
         async def fetch(timeout_ms: int) -> None:
-            await asyncio.sleep(min(timeout_ms, 50) / 1000)
+            await consumer.getmany(timeout_ms=timeout_ms)
 
         delivery = DeliveryLoop(producer, {TopicPartition("orders", 0): pump}, fetch=fetch,
                                 on_ack=lambda _pump, _delivered: None)
@@ -67,8 +83,25 @@ async def test_a_send_waiting_for_metadata_settles_when_its_producer_is_aborted(
             "the partition still waits for a batch its aborted producer will never queue"
         assert not pump.in_flight
         assert pump.next_offset == 0, "nothing was acknowledged, so nothing counts as copied"
-        copying.cancel()
-        await asyncio.gather(copying, return_exceptions=True)
+        assert "SendAborted" in (pump.error or ""), \
+            "an aborted send is an expected failure, not an unexpected producer error"
+
+        # Once a new producer is handed over, the partition copies again:
+        # its batch was not lost with the aborted producer.
+        await create_topic(cluster.bootstrap, "a.orders")
+        replacement = AIOKafkaProducer(bootstrap_servers=cluster.bootstrap)
+        await replacement.start()
+        try:
+            delivery.producer = replacement
+            delivery.wake.set()
+            async with asyncio.timeout(60):
+                while pump.next_offset < 3:  # noqa: ASYNC110 (plain state, no event)
+                    await asyncio.sleep(0.05)
+            copying.cancel()
+            await asyncio.gather(copying, return_exceptions=True)
+        finally:
+            await replacement.stop()
+            await consumer.stop()
     finally:
         await producer.stop()
         await kafka.stop_kafka(cluster)

@@ -362,8 +362,11 @@ def _format(java_cmd: list[str], node: KafkaNode, cluster_id: str,
         command += ["--add-scram", entry]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
-        raise BrokerError(f"formatting {node.directory} failed:\n"
-                          + (done.stdout + done.stderr).strip()[-2000:])
+        # A Java stack trace says little; its exception lines say what is wrong.
+        lines = [line for line in (done.stdout + done.stderr).splitlines()
+                 if line.strip() and not line.startswith(("\tat ", "\t... "))]
+        raise BrokerError(f"cannot format the storage of Kafka node {node.node_id} in "
+                          f"{node.directory}:\n  " + "\n  ".join(lines[-8:]))
 
 
 def _launch_node(node: KafkaNode, detach: bool, jvm_opts: Sequence[str]) -> KafkaNode:

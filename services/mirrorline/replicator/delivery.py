@@ -19,6 +19,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer, TopicPartition
 
+from mirrorline.kafka.producer_abort import SendAborted
 from mirrorline.replicator.pump import Delivered, PartitionPump, oversized
 
 log = logging.getLogger(__name__)
@@ -122,7 +123,8 @@ class DeliveryLoop:
             pump = self._in_flight.pop(future, None)
             if pump is None:
                 continue  # settled by a concurrent waiter already
-            exc = future.exception() if not future.cancelled() else asyncio.CancelledError()
+            exc = (future.exception() if not future.cancelled()
+                   else SendAborted("cancelled before it was queued: the producer was aborted"))
             if exc is not None:
                 pump.failed(exc, now)
                 if self._on_failed is not None:
