@@ -30,7 +30,8 @@ from bench.common import (
     seed,
     verify_mirror,
 )
-from mirrorline.dev.brokers import LocalBroker, start_broker, stop_broker_async
+from mirrorline.dev.brokers import LocalBroker
+from mirrorline.dev.local import describe, start_local, stop_local
 
 #: The contenders, in table order; the first one is the baseline the others are read against.
 #: Register new ones here as (name, async callable (BenchEnv) -> seconds).
@@ -81,6 +82,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--size", type=int, help="value size in bytes of the custom scenario")
     parser.add_argument("--quick", action="store_true", help="50,000 records per scenario")
     parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--broker", choices=("kafka", "tansu"), default="kafka",
+                        help="the clusters' broker: Apache Kafka (default) or Tansu")
     parser.add_argument("--runs", type=int, default=1, help="runs per contender (median kept)")
     parser.add_argument("--only", action="append", metavar="NAME",
                         help="run only these contenders (repeatable)")
@@ -143,9 +146,10 @@ async def run_once(
 async def bench(args: argparse.Namespace) -> list[Result]:
     contenders = [(n, c) for n, c in CONTENDERS if not args.only or n in args.only]
     workdir = Path(tempfile.mkdtemp(prefix="mirrorline-bench-"))
+    print(f"brokers: {describe(args.broker)}", flush=True)
     brokers = await asyncio.gather(
-        start_broker(SOURCE, log_dir=workdir / "logs"),
-        start_broker(TARGET, log_dir=workdir / "logs"),
+        start_local(args.broker, SOURCE, workdir),
+        start_local(args.broker, TARGET, workdir),
         return_exceptions=True,
     )
     started = [b for b in brokers if isinstance(b, LocalBroker)]
@@ -179,7 +183,7 @@ async def bench(args: argparse.Namespace) -> list[Result]:
                            for name, runs in times.items() if runs)
             startups.clear()
     finally:
-        await asyncio.gather(*(stop_broker_async(b.pid) for b in started))
+        await asyncio.gather(*(stop_local(b) for b in started))
         await asyncio.to_thread(shutil.rmtree, workdir, True)
     return results
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import shutil
 import signal
 import sys
 import time
@@ -19,7 +18,8 @@ from pathlib import Path
 from aiokafka import AIOKafkaProducer
 
 from mirrorline.dev import kafka
-from mirrorline.dev.brokers import LocalBroker, start_broker, stop_broker_async
+from mirrorline.dev.brokers import LocalBroker
+from mirrorline.dev.local import describe, start_local, stop_local
 from mirrorline.dev.portcheck import holder, is_free
 from mirrorline.kafka.admin import ClusterAdmin, TopicSpec
 from mirrorline.kafka.watermarks import high_watermarks, totals
@@ -133,21 +133,6 @@ async def watch(primary: LocalBroker, backup: LocalBroker, *, timeout: float,
     return False
 
 
-async def start_demo_cluster(broker: str, alias: str, workdir: Path) -> LocalBroker:
-    """One of the demo's clusters: Tansu (pip only) or Apache Kafka (Java and the jars)."""
-    if broker == "kafka":
-        directory = workdir / "kafka" / alias
-        # A demo starts from empty clusters: a folder formatted by an earlier run keeps its log.
-        await asyncio.to_thread(shutil.rmtree, directory, ignore_errors=True)
-        cluster = await kafka.start_kafka(alias, directory=directory)
-        return cluster.record()
-    return await start_broker(alias, log_dir=workdir / "logs")
-
-
-async def stop_demo_cluster(broker: LocalBroker) -> None:
-    await asyncio.gather(*(stop_broker_async(pid) for pid in broker.all_pids))
-
-
 async def run_demo(workdir: Path, *, timeout: float = 180.0, broker: str = "tansu") -> int:
     await asyncio.to_thread((workdir / "logs").mkdir, parents=True, exist_ok=True)
     if broker == "kafka":
@@ -170,11 +155,11 @@ async def run_demo(workdir: Path, *, timeout: float = 180.0, broker: str = "tans
               f"--port-offset {offset} (controller on {GRPC_PORTS['controller'] + offset})")
     server = f"127.0.0.1:{GRPC_PORTS['controller'] + offset}"
     try:
-        name = f"Apache Kafka {kafka.KAFKA_VERSION}" if broker == "kafka" else "Tansu"
-        print(f"starting local clusters 'primary' and 'backup' ({name})...", flush=True)
-        primary = await start_demo_cluster(broker, "primary", workdir)
+        print(f"starting local clusters 'primary' and 'backup' ({describe(broker)})...",
+              flush=True)
+        primary = await start_local(broker, "primary", workdir)
         brokers.append(primary)
-        backup = await start_demo_cluster(broker, "backup", workdir)
+        backup = await start_local(broker, "backup", workdir)
         brokers.append(backup)
         config = workdir / "mm2.properties"
         await asyncio.to_thread(config.write_text, demo_config(primary, backup))
@@ -207,7 +192,7 @@ async def run_demo(workdir: Path, *, timeout: float = 180.0, broker: str = "tans
                 run.kill()
                 await run.wait()
         for started in brokers:
-            await stop_demo_cluster(started)
+            await stop_local(started)
         if brokers:
             print("stopped the local clusters")
 
