@@ -6,8 +6,8 @@ exchange is no exception: a PLAIN authentication request carries the password in
 client's proof. Other libraries may print a client's configuration. So one filter sits on
 every handler `mirrorline.runtime.configure_logging` installs, and on each record it
 
-- replaces any argument that is a SASL request or response (Kafka's `SaslHandshake` and
-  `SaslAuthenticate` messages) by its name alone, and
+- replaces any argument that is a SASL authentication request or response (Kafka's
+  `SaslAuthenticate` messages: PLAIN's password, SCRAM's proofs) by its name alone, and
 - replaces every known secret value (the passwords, JAAS configurations and keys of the
   properties file, every value a config provider resolved, the service token) by
   `[hidden]` in the formatted message and in the text of an exception.
@@ -36,7 +36,7 @@ MIN_SECRET = 4
 _lock = threading.Lock()
 _secrets: tuple[str, ...] = ()
 #: Kafka protocol messages whose content is a credential (names as aiokafka spells them).
-_SASL_MESSAGE = re.compile(r"^Sasl(HandShake|Handshake|Authenticate)(Request|Response)")
+_SASL_MESSAGE = re.compile(r"^SaslAuthenticate(Request|Response)")
 #: `password="..."` / `password='...'` / `password=...` inside a JAAS configuration.
 _JAAS_VALUE = re.compile(r"""(?:password|secret|token)\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s;]+))""",
                          re.I)
