@@ -257,6 +257,14 @@ def _run(args: argparse.Namespace) -> int:
     # A service that cannot bind its port would exit with a traceback and be restarted
     # over and over; say once, up front, which port is held and by what.
     from mirrorline.dev.portcheck import holder, is_free
+    from mirrorline.ports import check_listenable
+    try:  # first the address itself: an address not of this host holds no port
+        asyncio.run(check_listenable(args.bind, 0, "gRPC"))
+    except ListenError as exc:
+        reason = str(exc).split(": ", 1)[-1].split("; ")[0]
+        print(f"mirrorline: cannot listen on {args.bind}: {reason}; check --bind",
+              file=sys.stderr)
+        return 2
     taken = [(use, port) for use, port in run_ports(args.workers, args.port_offset,
                                                     spark=args.spark).items()
              if not is_free(port, args.bind)]
