@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import socket
 
 from mirrorline.core.errors import ListenError
@@ -70,6 +71,7 @@ async def check_listenable(host: str, port: int, what: str) -> None:
             host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except OSError as exc:
         raise listen_failure(host, port, what, exc.strerror or str(exc)) from None
+    failures: list[OSError] = []
     for family, kind, proto, _name, address in infos:
         with socket.socket(family, kind, proto) as sock:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -79,4 +81,10 @@ async def check_listenable(host: str, port: int, what: str) -> None:
             try:
                 sock.bind(address)
             except OSError as exc:
-                raise listen_failure(host, port, what, exc.strerror or str(exc)) from None
+                failures.append(exc)
+    # A name resolving to several addresses (`localhost`: ::1 and 127.0.0.1) is served
+    # on those that can be bound, as listeners do; a port in use on any is a conflict.
+    busy = [f for f in failures if f.errno == errno.EADDRINUSE]
+    if busy or (failures and len(failures) == len(infos)):
+        first = (busy or failures)[0]
+        raise listen_failure(host, port, what, first.strerror or str(first))
