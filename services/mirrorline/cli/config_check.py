@@ -38,16 +38,19 @@ def register(subparsers: Any) -> None:
 
 def _check(args: argparse.Namespace) -> int:
     from mirrorline.kafka.preflight import check_clients
+    from mirrorline.secretfiles import check_secret_files
 
     try:
         settings = load_config(args.file)
         client_warnings = check_clients(settings)
         grpc = grpc_security(settings.raw)  # the gRPC security keys, as every service reads them
+        # Who may write the tokens file and read the keys, as every service checks them.
+        file_warnings = check_secret_files(settings.raw, settings.lines, args.file)
         grpcsecure.load(grpc)               # their files exist and parse
     except ConfigError as exc:
         print(f"mirrorline: configuration error: {exc}", file=sys.stderr)
         return 2
-    warnings = (*settings.warnings, *client_warnings)
+    warnings = (*settings.warnings, *client_warnings, *file_warnings)
     print_summary(settings, sys.stdout, warnings=len(warnings))
     print(f"grpc: {'TLS' if grpc.tls else 'plaintext (loopback only)'}"
           f"{', client certificates required' if grpc.client_auth_required else ''}"

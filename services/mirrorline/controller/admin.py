@@ -22,6 +22,7 @@ from mirrorline.controller.drift import DriftAdmin
 from mirrorline.controller.failback import Failback, FailbackError, ScrapeRefused, confirmation
 from mirrorline.controller.forwarding import announced_channel, forward
 from mirrorline.controller.workers import WorkerRegistry
+from mirrorline.core.bounds import MAX_FAILOVER_GROUPS
 from mirrorline.core.control import ControlState, FlowRecord, Outcome
 from mirrorline.core.errors import ConfigError
 from mirrorline.core.flowdefs import (
@@ -237,6 +238,10 @@ class AdminServicer(DriftAdmin, admin_pb2_grpc.AdminServicer):
         await self._existing(request.flow, context)
         if not request.groups:
             await _invalid(context, "groups", "name at least one consumer group")
+        if len(request.groups) > MAX_FAILOVER_GROUPS:
+            await _invalid(context, "groups", f"the call names {len(request.groups)} groups; "
+                           f"at most {MAX_FAILOVER_GROUPS} per call: split them over several "
+                           "calls")
         stub = await self._checkpointer(context)
         reply: failover_pb2.FailoverPlan = await forward(
             context, stub.PlanFailover, request, 30)

@@ -32,3 +32,9 @@ class ConfigError(ValueError):
 
 class WireFormatError(ValueError):
     """A record on an MM2 internal topic does not decode with the MM2 schema."""
+
+
+class ListenError(OSError):
+    """A listener (gRPC, /metrics) cannot bind its address: the address is in use or not
+    this host's. The CLI prints the message, one line naming the address, and exits with
+    status 2 (as for a configuration error: retrying would not help)."""

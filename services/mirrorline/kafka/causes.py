@@ -22,6 +22,8 @@ import time
 from collections.abc import Iterable
 from typing import Final
 
+from mirrorline import logsecrets
+
 #: (monotonic time, message) of aiokafka's recent warnings and errors.
 _recent: collections.deque[tuple[float, str]] = collections.deque(maxlen=200)
 #: Causes older than this say nothing about the failure being explained.
@@ -49,6 +51,7 @@ _recorder = _Recorder(level=logging.WARNING)
 def quiet_aiokafka(*, debug: bool = False) -> None:
     """Capture aiokafka's warnings and errors for `explain()`; print them only at DEBUG."""
     logger = logging.getLogger("aiokafka")
+    logsecrets.install([_recorder])  # what it keeps may be shown in status and errors
     if _recorder not in logger.handlers:
         logger.addHandler(_recorder)
     logger.setLevel(logging.DEBUG if debug else logging.WARNING)
