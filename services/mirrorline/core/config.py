@@ -168,6 +168,7 @@ class _Loader:
         ]
         #: Keys whose value came from a config provider, and the resolved strings: secrets.
         self.resolved: set[str] = set()
+        self.secrets: frozenset[str] = frozenset()
         secrets: list[str] = []
         self.entries = self._resolve([Property(p.key, p.value.strip(JAVA_TRIM), p.line)
                                       for p in self.raw.values()], secrets)
@@ -201,6 +202,9 @@ class _Loader:
 
     def error(self, entry: Property | None, key: str, message: str) -> ConfigError:
         line = entry.line if entry is not None else None
+        # No message quotes what a config provider resolved, whatever check produced it.
+        for secret in sorted(self.secrets, key=len, reverse=True):
+            message = message.replace(secret, "[hidden]")
         return ConfigError(entry.key if entry is not None else key, message, line=line,
                            source=self.source)
 
