@@ -87,7 +87,8 @@ DIFFERENCES_FROM_MM2: Final[tuple[str, ...]] = (
     "Config providers: only Kafka's EnvVarConfigProvider, FileConfigProvider and "
     "DirectoryConfigProvider exist, and they resolve every value of the file; a reference "
     "that cannot be resolved (undeclared provider, unset variable, missing file or key) is "
-    "an error, where Kafka leaves the ${...} text in the value.",
+    "an error, where Kafka leaves the ${...} text in the value. They never resolve flow "
+    "properties sent through the Admin API (a reference there is refused).",
     "A value containing ' #' is reported on every start (Java properties have no inline "
     "comments, so the comment is part of the value); the value itself is read as MM2 reads "
     "it.",
