@@ -34,6 +34,7 @@ from mirrorline.core.flowdefs import (
     property_of,
 )
 from mirrorline.core.settings import MirrorSettings
+from mirrorline.grpcsecure import MAX_MESSAGE_BYTES
 from mirrorline.v1 import (
     admin_pb2,
     admin_pb2_grpc,
@@ -48,6 +49,10 @@ from mirrorline.v1 import (
 )
 
 Context = grpc.aio.ServicerContext[Any, Any]
+
+#: Largest answer the Admin API builds before it changes anything (gRPC's message limit,
+#: less room for the framing).
+MAX_REPLY_BYTES = MAX_MESSAGE_BYTES - 64 * 1024
 
 
 class ControllerContext(Protocol):
@@ -151,7 +156,7 @@ class AdminServicer(DriftAdmin, admin_pb2_grpc.AdminServicer):
     async def ImportFlows(self, request: admin_pb2.ImportFlowsRequest,
                           context: Context) -> admin_pb2.ImportFlowsResponse:
         epoch = await self._c.require_leader(context)
-        source = request.source_name or "imported file"
+        source = (request.source_name or "imported file")[:200]  # named in every error
         try:
             definitions, warnings = import_definitions(request.properties, source=source)
         except ConfigError as exc:
@@ -163,20 +168,33 @@ class AdminServicer(DriftAdmin, admin_pb2_grpc.AdminServicer):
                    for n, r in self._c.state.flows.items()}
         reply.warnings.extend(d for d in differences(definitions, current)
                               if "not enabled in the file" in d)
+        # The whole answer is known, and known to fit in a reply, before anything is
+        # appended: an answer over gRPC's limit would reach the caller as
+        # RESOURCE_EXHAUSTED after the flows had been changed (and audited OK).
+        changes: list[tuple[str, flows_pb2.FlowSpec]] = []
         for name, definition in definitions.items():
             spec = flows_pb2.FlowSpec(source=definition.source, target=definition.target,
                                       properties=dict(definition.properties))
             existing = current.get(name)
             if existing is None:
-                await self._append(context, epoch,
-                                   flow_created=control_pb2.FlowCreated(spec=spec))
+                changes.append(("created", spec))
                 reply.created.append(name)
             elif dict(existing.properties) != dict(definition.properties):
-                await self._append(context, epoch,
-                                   flow_updated=control_pb2.FlowUpdated(spec=spec))
+                changes.append(("updated", spec))
                 reply.updated.append(name)
             else:
                 reply.unchanged.append(name)
+        if reply.ByteSize() > MAX_REPLY_BYTES:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, (
+                f"the answer would be {reply.ByteSize()} bytes, over {MAX_REPLY_BYTES}; "
+                "nothing was imported: import fewer flows at once"))
+        for change, spec in changes:
+            if change == "created":
+                await self._append(context, epoch,
+                                   flow_created=control_pb2.FlowCreated(spec=spec))
+            else:
+                await self._append(context, epoch,
+                                   flow_updated=control_pb2.FlowUpdated(spec=spec))
         return reply
 
     # -- status -----------------------------------------------------------------------
