@@ -87,6 +87,17 @@ async def test_references_sent_through_the_admin_api_are_refused_and_never_resol
             assert "config provider" in output, (args, output)
             assert not any(s in output for s in leaked), (args, output)
 
+        # Terminal escape sequences and bidi overrides are refused; the refused request is
+        # in the audit trail, and `admin history` prints none of them raw.
+        hostile = "orders\x1b]0;owned\x07\x1b[2J\u202e"
+        code, output = await admin(server, "flows", "update", flow, "--set",
+                                   f"topics.exclude={hostile}")
+        assert code != 0 and "INVALID_ARGUMENT" in output and "set.topics.exclude" in output
+        code, output = await admin(server, "history", "--flow", flow)
+        assert code == 0, output
+        assert "set.topics.exclude: holds U+001B" in output, output
+        assert not any(c in output for c in ("\x1b", "\x07", "\u202e")), output
+
         # The file's own reference still resolves: the seeded flow validates and changes.
         code, output = await admin(server, "flows", "update", flow, "--set", "offset.lag.max=7")
         assert code == 0, output
@@ -106,7 +117,7 @@ async def test_references_sent_through_the_admin_api_are_refused_and_never_resol
 
         history = await stub.History(audit_pb2.HistoryRequest(limit=100), timeout=10)
         refused = [e for e in history.entries if e.outcome == "INVALID_ARGUMENT"]
-        assert len(refused) == 4, history
+        assert len(refused) == 5, history
         trail = str(history)
         assert not any(s in trail for s in leaked), trail
         assert "[hidden]" in trail
