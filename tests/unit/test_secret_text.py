@@ -66,6 +66,9 @@ def test_the_files_own_reference_still_resolves(creds: Path) -> None:
     reference = f"${{file:{creds}:topics}}"
     flow = compose(deployment, [Definition("a", "b", {"topics": reference})]).flows["a->b"]
     assert flow.topics == ("orders-.*",)
+    # ... also for the reverse flow a failback creates with the same properties ...
+    reverse = compose(deployment, [Definition("b", "a", {"topics": reference})]).flows["b->a"]
+    assert reverse.topics == ("orders-.*",)
     # ... for that property only: the same reference cannot feed another one.
     with pytest.raises(ConfigError):
         compose(deployment, [Definition("a", "b", {"groups": reference})])

@@ -95,25 +95,34 @@ def check_keys(properties: Mapping[str, str]) -> None:
                                    "bidirectional or terminal escape characters")
 
 
-def _file_values(deployment: MirrorSettings, flow: str, key: str) -> set[str]:
-    """What the deployment's file writes for `key` of `flow` (flow level or top level)."""
-    names = [key] + [old for old, new in DEPRECATED_ALIASES.items() if new == key]
-    raw = deployment.raw
-    return {raw[k].strip() for name in names for k in (f"{flow}.{name}", name) if k in raw}
+def _file_values(deployment: MirrorSettings, key: str) -> set[str]:
+    """What the deployment's file writes for `key`, at top level or for any of its flows
+    (a reverse flow made by a failback carries its forward flow's properties)."""
+    names = {key} | {old for old, new in DEPRECATED_ALIASES.items() if new == key}
+    found: set[str] = set()
+    for raw_key, value in deployment.raw.items():
+        for name in names:
+            if raw_key == name:
+                found.add(value.strip())
+            elif raw_key.endswith("." + name):
+                source, arrow, target = raw_key[:-len(name) - 1].partition("->")
+                if arrow and source in deployment.clusters and target in deployment.clusters:
+                    found.add(value.strip())
+    return found
 
 
 def check_references(deployment: MirrorSettings, definition: Definition) -> None:
     """Config providers resolve only what the deployment's file writes.
 
     A `${provider:path:key}` reference in a definition is refused unless it is, character
-    for character, the file's own value of that property for that flow (a flow seeded or
-    imported from the file): it then resolves to what the file configures anyway. Any
-    other reference -- sent through the Admin API, imported, or forged in the control
-    log -- would let its author read the controller's files and environment.
+    for character, a value the file itself writes for that property (top level or for one
+    of its flows: a flow seeded or imported from the file): it then resolves to what the
+    file configures anyway. Any other reference -- sent through the Admin API, imported,
+    or forged in the control log -- would let its author read the controller's files and
+    environment.
     """
     for key, value in sorted(definition.properties.items()):
-        if has_reference(value) and value.strip() not in _file_values(
-                deployment, definition.name, key):
+        if has_reference(value) and value.strip() not in _file_values(deployment, key):
             raise ConfigError(f"{definition.name}.{key}", (
                 "holds a config provider reference (${...}); config providers resolve only "
                 "the deployment's own properties file, never flow properties sent through "
