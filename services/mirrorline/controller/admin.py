@@ -23,7 +23,7 @@ from mirrorline.controller.failback import Failback, FailbackError, ScrapeRefuse
 from mirrorline.controller.forwarding import announced_channel, forward
 from mirrorline.controller.workers import WorkerRegistry
 from mirrorline.core.control import ControlState, FlowRecord, Outcome
-from mirrorline.core.errors import ConfigError
+from mirrorline.core.errors import ConfigError, quoted
 from mirrorline.core.flowdefs import (
     Definition,
     check_keys,
@@ -115,7 +115,8 @@ class AdminServicer(DriftAdmin, admin_pb2_grpc.AdminServicer):
         properties = dict(record.properties)
         for key in request.unset:
             if key not in properties:
-                await _invalid(context, f"unset.{key}", "is not set on this flow")
+                shown = key if key.isprintable() and len(key) <= 100 else quoted(key, 100)
+                await _invalid(context, f"unset.{shown}", "is not set on this flow")
             del properties[key]
         properties.update(request.set)
         definition = Definition(record.source, record.target, properties)
@@ -412,10 +413,11 @@ class AdminServicer(DriftAdmin, admin_pb2_grpc.AdminServicer):
 
     async def _existing(self, name: str, context: Context) -> FlowRecord:
         if "->" not in name:
-            await _invalid(context, "name", f"{name!r} is not a flow name (source->target)")
+            await _invalid(context, "name", f"{quoted(name)} is not a flow name (source->target)")
         record = self._c.state.flows.get(name)
         if record is None:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"flow {name} does not exist")
+            shown = name if name.isprintable() and len(name) <= 200 else quoted(name)
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"flow {shown} does not exist")
         assert record is not None
         return record
 
