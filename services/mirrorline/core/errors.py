@@ -2,6 +2,17 @@
 
 from __future__ import annotations
 
+#: Most characters of an input that a message quotes; a longer input is cut, with its length.
+MAX_QUOTED = 200
+
+
+def quoted(text: str, limit: int = MAX_QUOTED) -> str:
+    """`repr(text)` for a message: control and bidi characters escaped by `repr`, and an
+    oversized input cut to `limit` characters with a note of its full length."""
+    if len(text) <= limit:
+        return repr(text)
+    return f"{text[:limit]!r}... ({len(text)} characters)"
+
 
 class ConfigError(ValueError):
     """A configuration problem, always naming the offending key (and line when known).

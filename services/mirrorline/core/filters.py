@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Final, Literal, Protocol
 
-from mirrorline.core.errors import ConfigError
+from mirrorline.core.errors import ConfigError, quoted
 from mirrorline.core.javaregex import JavaPattern, JavaRegexIncompatible, compile_java
 from mirrorline.core.policy import ReplicationPolicy, is_cycle
 
@@ -95,16 +95,16 @@ def compile_patterns(patterns: Sequence[str], *, key: str) -> JavaPattern | None
         try:
             compile_java(pattern)
         except JavaRegexIncompatible as e:
-            raise ConfigError(key, f"pattern {pattern!r} cannot be used: {e}") from None
+            raise ConfigError(key, f"pattern {quoted(pattern)} cannot be used: {e}") from None
         except re.error as e:
-            raise ConfigError(key, f"pattern {pattern!r} is not a valid regular expression: "
+            raise ConfigError(key, f"pattern {quoted(pattern)} is not a valid regular expression: "
                                    f"{e.msg}") from None
     joined = "|".join(patterns)
     try:
         return compile_java(joined)
     except (JavaRegexIncompatible, re.error) as e:
-        raise ConfigError(key, f"patterns {list(patterns)!r} do not combine into one regular "
-                               f"expression {joined!r}: {e}") from None
+        raise ConfigError(key, f"patterns {quoted(', '.join(patterns))} do not combine into one "
+                               f"regular expression {quoted(joined)}: {e}") from None
 
 
 # --------------------------------------------------------------------------------------------
