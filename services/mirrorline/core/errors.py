@@ -32,3 +32,20 @@ class ConfigError(ValueError):
 
 class WireFormatError(ValueError):
     """A record on an MM2 internal topic does not decode with the MM2 schema."""
+
+
+#: Longest reason `one_line` gives: a status field or a log line, never a flood.
+ONE_LINE_MAX = 400
+
+
+def one_line(exc: BaseException) -> str:
+    """Why something failed, in one short line: a configuration error's own text (it
+    names the key), otherwise the exception's type and the first line of its message --
+    enough for a log line or a status field; the traceback belongs at DEBUG."""
+    if isinstance(exc, ConfigError):
+        text = str(exc)
+    else:
+        message = str(exc).strip()
+        text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    text = text.splitlines()[0] if text else type(exc).__name__
+    return text if len(text) <= ONE_LINE_MAX else text[:ONE_LINE_MAX - 3] + "..."
