@@ -388,7 +388,8 @@ class AdminServicer(DriftAdmin, admin_pb2_grpc.AdminServicer):
                              controller_id=self._c.controller_id, flow=flow or None)
 
     def _flow(self, record: FlowRecord) -> admin_pb2.Flow:
-        partitions = status.partition_statuses(self._c.state, self._c.registry, record.name)
+        partitions = status.partition_statuses(self._c.state, self._c.registry, record.name,
+                                               self._c.discoveries.desired())
         summary = status.flow_summary(record, partitions, self._c.discoveries)
         return status.flow_message(record, summary)
 
