@@ -10,6 +10,7 @@ controller that does not lead (with the leader's address in the trailing metadat
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from typing import Any, NoReturn, Protocol
 
@@ -23,7 +24,7 @@ from mirrorline.controller.failback import Failback, FailbackError, ScrapeRefuse
 from mirrorline.controller.forwarding import announced_channel, forward
 from mirrorline.controller.workers import WorkerRegistry
 from mirrorline.core.control import ControlState, FlowRecord, Outcome
-from mirrorline.core.errors import ConfigError
+from mirrorline.core.errors import ConfigError, one_line
 from mirrorline.core.flowdefs import (
     Definition,
     check_keys,
@@ -46,6 +47,8 @@ from mirrorline.v1 import (
     heartbeat_pb2_grpc,
     spark_pb2,
 )
+
+log = logging.getLogger(__name__)
 
 Context = grpc.aio.ServicerContext[Any, Any]
 
@@ -412,6 +415,10 @@ class AdminServicer(DriftAdmin, admin_pb2_grpc.AdminServicer):
             where = (f"spec.{field_name}" if field_name in ("source", "target")
                      else f"{prefix}.{field_name}")
             await _invalid(context, where, exc.message)
+        except Exception as exc:  # not a configuration error, but still not storable:
+            # refused like one, so no follower ever has to apply it.
+            log.debug("validating %s failed", definition.name, exc_info=True)
+            await _invalid(context, prefix, f"cannot be applied: {one_line(exc)}")
 
     async def _append(self, context: Context, epoch: int, **event: Any) -> None:
         record = control_pb2.ControlRecord(epoch=epoch, controller_id=self._c.controller_id,
