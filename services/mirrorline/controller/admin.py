@@ -10,6 +10,7 @@ controller that does not lead (with the leader's address in the trailing metadat
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from typing import Any, NoReturn, Protocol
 
@@ -24,7 +25,7 @@ from mirrorline.controller.forwarding import announced_channel, forward
 from mirrorline.controller.workers import WorkerRegistry
 from mirrorline.core.bounds import MAX_FAILOVER_GROUPS
 from mirrorline.core.control import ControlState, FlowRecord, Outcome
-from mirrorline.core.errors import ConfigError, quoted
+from mirrorline.core.errors import ConfigError, one_line, quoted
 from mirrorline.core.flowdefs import (
     Definition,
     check_keys,
@@ -48,6 +49,8 @@ from mirrorline.v1 import (
     heartbeat_pb2_grpc,
     spark_pb2,
 )
+
+log = logging.getLogger(__name__)
 
 Context = grpc.aio.ServicerContext[Any, Any]
 
@@ -412,7 +415,8 @@ class AdminServicer(DriftAdmin, admin_pb2_grpc.AdminServicer):
                              controller_id=self._c.controller_id, flow=flow or None)
 
     def _flow(self, record: FlowRecord) -> admin_pb2.Flow:
-        partitions = status.partition_statuses(self._c.state, self._c.registry, record.name)
+        partitions = status.partition_statuses(self._c.state, self._c.registry, record.name,
+                                               self._c.discoveries.desired())
         summary = status.flow_summary(record, partitions, self._c.discoveries)
         return status.flow_message(record, summary)
 
@@ -436,6 +440,10 @@ class AdminServicer(DriftAdmin, admin_pb2_grpc.AdminServicer):
             where = (f"spec.{field_name}" if field_name in ("source", "target")
                      else f"{prefix}.{field_name}")
             await _invalid(context, where, exc.message)
+        except Exception as exc:  # not a configuration error, but still not storable:
+            # refused like one, so no follower ever has to apply it.
+            log.debug("validating %s failed", definition.name, exc_info=True)
+            await _invalid(context, prefix, f"cannot be applied: {one_line(exc)}")
 
     async def _append(self, context: Context, epoch: int, **event: Any) -> None:
         record = control_pb2.ControlRecord(epoch=epoch, controller_id=self._c.controller_id,

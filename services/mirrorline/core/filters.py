@@ -21,7 +21,12 @@ from enum import IntEnum
 from typing import Final, Literal, Protocol
 
 from mirrorline.core.errors import ConfigError, quoted
-from mirrorline.core.javaregex import JavaPattern, JavaRegexIncompatible, compile_java
+from mirrorline.core.javaregex import (
+    JavaPattern,
+    JavaRegexIncompatible,
+    PatternTooLarge,
+    compile_java,
+)
 from mirrorline.core.policy import ReplicationPolicy, is_cycle
 
 __all__ = [
@@ -91,9 +96,14 @@ def compile_patterns(patterns: Sequence[str], *, key: str) -> JavaPattern | None
     """
     if not patterns:
         return None
-    for pattern in patterns:
+    for number, pattern in enumerate(patterns, 1):
         try:
             compile_java(pattern)
+        except PatternTooLarge as e:
+            # Named by its place and first characters: the whole of it would flood the
+            # error, the log and the caller's screen.
+            raise ConfigError(key, f"pattern {number} ({_start(pattern)}) cannot be used: "
+                                   f"{e}") from None
         except JavaRegexIncompatible as e:
             raise ConfigError(key, f"pattern {quoted(pattern)} cannot be used: {e}") from None
         except re.error as e:
@@ -101,10 +111,14 @@ def compile_patterns(patterns: Sequence[str], *, key: str) -> JavaPattern | None
                                    f"{e.msg}") from None
     joined = "|".join(patterns)
     try:
-        return compile_java(joined)
+        return compile_java(joined, bound_length=False)
     except (JavaRegexIncompatible, re.error) as e:
         raise ConfigError(key, f"patterns {quoted(', '.join(patterns))} do not combine into one "
                                f"regular expression {quoted(joined)}: {e}") from None
+
+
+def _start(pattern: str, shown: int = 40) -> str:
+    return repr(pattern) if len(pattern) <= shown else f"{pattern[:shown]!r}..."
 
 
 # --------------------------------------------------------------------------------------------

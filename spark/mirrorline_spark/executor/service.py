@@ -91,7 +91,7 @@ class SparkExecutorService:
     def serving(self) -> bool:
         agent = self.agent
         return agent is not None and not agent.fenced and not agent.heartbeat_error \
-            and not agent.problem
+            and not agent.problem and agent.control.failed is None
 
     async def _health_loop(self) -> None:
         while True:
