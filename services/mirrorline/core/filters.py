@@ -102,7 +102,7 @@ def compile_patterns(patterns: Sequence[str], *, key: str) -> JavaPattern | None
         except PatternTooLarge as e:
             # Named by its place and first characters: the whole of it would flood the
             # error, the log and the caller's screen.
-            raise ConfigError(key, f"pattern {number} ({_start(pattern)}) cannot be used: "
+            raise ConfigError(key, f"pattern {number} ({quoted(pattern, 40)}) cannot be used: "
                                    f"{e}") from None
         except JavaRegexIncompatible as e:
             raise ConfigError(key, f"pattern {quoted(pattern)} cannot be used: {e}") from None
@@ -115,10 +115,6 @@ def compile_patterns(patterns: Sequence[str], *, key: str) -> JavaPattern | None
     except (JavaRegexIncompatible, re.error) as e:
         raise ConfigError(key, f"patterns {quoted(', '.join(patterns))} do not combine into one "
                                f"regular expression {quoted(joined)}: {e}") from None
-
-
-def _start(pattern: str, shown: int = 40) -> str:
-    return repr(pattern) if len(pattern) <= shown else f"{pattern[:shown]!r}..."
 
 
 # --------------------------------------------------------------------------------------------
