@@ -147,8 +147,9 @@ def test_acknowledgements_of_a_flow_the_executor_does_not_run_fail_the_micro_bat
     query = ExecutorQuery(SparkDriver("local[1]", {}, "t"), {}, worker_id="spark:0",
                           workdir=str(tmp_path), holds=Holds())
     acks = [PartitionAcks("t", 0, "a.t", [(0, 2, 0)], flow="a->b")]
-    assert query._on_batch(7, acks) == ("micro-batch 7 holds acknowledgements of flow "
-                                        "'a->b', which this executor does not run")
+    assert query._on_batch(7, acks) == ("refused micro-batch 7: acknowledgements of "
+                                        "partitions the running query does not copy "
+                                        "('a->b' 't'-0)")
 
 
 def test_a_flow_that_cannot_start_is_held_back_longer_after_each_failure() -> None:
