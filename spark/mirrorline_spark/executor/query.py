@@ -118,13 +118,15 @@ class ExecutorQuery:
                 "ackSocket": self._acks.path, "ackSecret": secret}
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self._drain_file)
+        # Set before the query starts: its first commit may come as soon as it runs.
         self._acks.secret = secret
+        self._feeds = [f.flow for f in feeds]
         try:
             self._query = await self._driver.start_query(self.name, source, sink)
         except BaseException:
             self._acks.secret = None
+            self._feeds = []
             raise
-        self._feeds = [f.flow for f in feeds]
         log.info("Spark query copies %d partitions of %d flows: %s",
                  sum(len(f.starts) for f in feeds), len(feeds), "; ".join(
                      f"{f.flow}: " + ", ".join(f"{t}-{p}@{o}"
