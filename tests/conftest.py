@@ -61,9 +61,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(pytest.mark.skip(reason=f"runs on {needed} brokers only"))
 
 
+#: Broker settings of the shared Kafka clusters. Tests write records with fixed timestamps
+#: from the past (to check that a mirror keeps them exactly); Kafka's default time retention
+#: (7 days, measured from the records' timestamps, checked every second on a dev cluster)
+#: would delete them before a mirror reads them. Retention tests set it per topic.
+SHARED_KAFKA_SETTINGS: Mapping[str, str] = {"log.retention.ms": "-1"}
+
+
 async def start_cluster(alias: str, directory: Any, **options: Any) -> Any:
     """One cluster of the suite's broker kind (Kafka options apply to Kafka only)."""
     if broker_kind() == "kafka":
+        options["overrides"] = {**SHARED_KAFKA_SETTINGS, **options.get("overrides", {})}
         return await kafka.start_kafka(alias, directory=directory / alias, **options)
     return await start_broker(alias, log_dir=directory)
 
