@@ -11,18 +11,60 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeAlias
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from mirrorline.dev import kafka
+from mirrorline.dev.brokers import start_broker, stop_broker_async
 from mirrorline.kafka.metadata import partitions_by_topic
 
 Headers: TypeAlias = Sequence[tuple[str, bytes]]
 #: Explicit TypeAlias: aiokafka ships no type information, so mypy sees it as Any.
 Consumed: TypeAlias = ConsumerRecord[bytes, bytes]
+
+
+BROKER_ENV = "MIRRORLINE_TEST_BROKER"
+BROKERS = ("kafka", "tansu")
+
+#: Broker settings of every Kafka cluster the suite starts. Tests write records with fixed
+#: timestamps from the past (to check that a mirror keeps them exactly); Kafka's default
+#: time retention (7 days, measured from the records' timestamps, checked every second on a
+#: dev cluster) would delete them before a mirror reads them. Retention tests set it per topic.
+SUITE_KAFKA_SETTINGS: Mapping[str, str] = {"log.retention.ms": "-1"}
+
+
+def broker_kind() -> str:
+    """The broker the suite runs on: `kafka` (the default) or `tansu`."""
+    kind = os.environ.get(BROKER_ENV, "kafka").strip().lower() or "kafka"
+    if kind not in BROKERS:
+        raise ValueError(f"{BROKER_ENV}={kind!r}: expected one of {', '.join(BROKERS)}")
+    return kind
+
+
+async def start_cluster(alias: str, directory: Path, *, port: int | None = None,
+                        **options: Any) -> Any:
+    """A cluster of the suite's broker kind: a one-node Kafka cluster kept in `directory`
+    (a fresh directory starts it empty; Kafka `options` apply to Kafka only), or a Tansu
+    broker in memory logging under `directory`. Returns a LocalKafkaCluster or LocalBroker."""
+    if broker_kind() == "kafka":
+        options["overrides"] = {**SUITE_KAFKA_SETTINGS, **options.get("overrides", {})}
+        return await kafka.start_kafka(alias, directory=directory, port=port, **options)
+    await asyncio.to_thread(directory.mkdir, parents=True, exist_ok=True)
+    return await start_broker(alias, port=port, log_dir=directory)
+
+
+async def stop_cluster(cluster: Any) -> None:
+    """Stop a cluster from `start_cluster` at once (a broker going away, not a clean exit)."""
+    if isinstance(cluster, kafka.LocalKafkaCluster):
+        await kafka.stop_kafka(cluster, timeout=2.0)
+    else:
+        await stop_broker_async(cluster.pid)
 
 
 @dataclass(frozen=True)

@@ -26,12 +26,14 @@ from helpers import (
     consume_as_group,
     create_topic,
     produce,
+    start_cluster,
     steady,
+    stop_cluster,
     wait_for,
 )
 from procs import checkpointer, deployment, deployment_config, mm2_config, replicator
 
-from mirrorline.dev.brokers import LocalBroker, start_broker, stop_broker_async
+from mirrorline.dev.brokers import LocalBroker
 from mirrorline.v1 import admin_pb2, failover_pb2, failover_pb2_grpc, flows_pb2
 
 pytestmark = pytest.mark.integration
@@ -236,7 +238,7 @@ async def test_with_the_source_gone_groups_fail_over_from_their_checkpoints(
         backup: LocalBroker, unique: str, tmp_path: Path) -> None:
     topic, group = f"{unique}-lost", f"{unique}-survivor"
     a, b = aliases()
-    doomed = await start_broker(a, log_dir=tmp_path)
+    doomed = await start_cluster(a, tmp_path / a)
     try:
         await create_topic(doomed.bootstrap, topic, 2)
         await produce(doomed.bootstrap, topic, numbered(topic, 2, 30))
@@ -252,7 +254,7 @@ async def test_with_the_source_gone_groups_fail_over_from_their_checkpoints(
                 return len(reply.partitions) == 2
             await wait_for(checkpointed, 30, "no translation", interval=0.5)
             await asyncio.sleep(2)  # a checkpoint round after the commit
-            await stop_broker_async(doomed.pid)
+            await stop_cluster(doomed)
 
             translated = await api(chk).TranslateOffsets(failover_pb2.TranslateOffsetsRequest(
                 flow=f"{a}->{b}", group=group), timeout=60)
@@ -275,7 +277,7 @@ async def test_with_the_source_gone_groups_fail_over_from_their_checkpoints(
         assert await committed_offsets(backup.bootstrap, group, remote) == {
             remote[0]: 12, remote[1]: 30}
     finally:
-        await stop_broker_async(doomed.pid)
+        await stop_cluster(doomed)
 
 
 async def cli(server: str, *args: str) -> tuple[int, str, str]:
