@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,11 +33,10 @@ Consumed: TypeAlias = ConsumerRecord[bytes, bytes]
 BROKER_ENV = "MIRRORLINE_TEST_BROKER"
 BROKERS = ("kafka", "tansu")
 
-#: Broker settings of every Kafka cluster the suite starts. Tests write records with fixed
-#: timestamps from the past (to check that a mirror keeps them exactly); Kafka's default
-#: time retention (7 days, measured from the records' timestamps, checked every second on a
-#: dev cluster) would delete them before a mirror reads them. Retention tests set it per topic.
-SUITE_KAFKA_SETTINGS: Mapping[str, str] = {"log.retention.ms": "-1"}
+#: A record timestamp for tests that set them, fixed for the session and an hour in the
+#: past: Apache Kafka deletes records older than its retention (7 days by default, judged by
+#: their timestamps) within seconds on a dev cluster, before a mirror could read them.
+PAST_MS = (int(time.time()) // 3600 - 1) * 3_600_000
 
 
 def broker_kind() -> str:
@@ -53,7 +53,6 @@ async def start_cluster(alias: str, directory: Path, *, port: int | None = None,
     (a fresh directory starts it empty; Kafka `options` apply to Kafka only), or a Tansu
     broker in memory logging under `directory`. Returns a LocalKafkaCluster or LocalBroker."""
     if broker_kind() == "kafka":
-        options["overrides"] = {**SUITE_KAFKA_SETTINGS, **options.get("overrides", {})}
         return await kafka.start_kafka(alias, directory=directory, port=port, **options)
     await asyncio.to_thread(directory.mkdir, parents=True, exist_ok=True)
     return await start_broker(alias, port=port, log_dir=directory)

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from helpers import Record, consume_all, create_topic, produce
+from helpers import PAST_MS, Record, consume_all, create_topic, produce
 
 from mirrorline.dev.brokers import (
     BrokerError,
@@ -118,9 +118,9 @@ async def test_start_broker_serves_records(primary: LocalBroker, unique: str) ->
     topic = f"{unique}-records"
     await create_topic(primary.bootstrap, topic, partitions=3)
     sent = [
-        Record(b"v0", key=b"k0", headers=[("h", b"1"), ("h", b"2")], timestamp_ms=1_700_000_000_000,
+        Record(b"v0", key=b"k0", headers=[("h", b"1"), ("h", b"2")], timestamp_ms=PAST_MS,
                partition=0),
-        Record(None, key=b"tombstone", timestamp_ms=1_700_000_000_001, partition=2),
+        Record(None, key=b"tombstone", timestamp_ms=PAST_MS + 1, partition=2),
         Record(b"v2", partition=2),
     ]
     await produce(primary.bootstrap, topic, sent)
@@ -128,12 +128,12 @@ async def test_start_broker_serves_records(primary: LocalBroker, unique: str) ->
     got = await consume_all(primary.bootstrap, topic, expected=3)
     assert [len(got[p]) for p in (0, 1, 2)] == [1, 0, 2]
     assert Record.of(got[0][0]) == Record(
-        b"v0", key=b"k0", headers=[("h", b"1"), ("h", b"2")], timestamp_ms=1_700_000_000_000,
+        b"v0", key=b"k0", headers=[("h", b"1"), ("h", b"2")], timestamp_ms=PAST_MS,
         partition=0,
     )
     tombstone, last = got[2]
     assert (tombstone.key, tombstone.value, tombstone.timestamp) == (
-        b"tombstone", None, 1_700_000_000_001)
+        b"tombstone", None, PAST_MS + 1)
     assert (last.key, last.value, last.offset) == (None, b"v2", 1)
 
 

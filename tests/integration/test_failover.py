@@ -19,6 +19,7 @@ import grpc
 import pytest
 from aiokafka import AIOKafkaConsumer
 from helpers import (
+    PAST_MS,
     Record,
     commit_offsets,
     committed_offsets,
@@ -165,7 +166,7 @@ async def test_failover_to_a_time_starts_every_partition_at_its_first_record_at_
         primary: LocalBroker, backup: LocalBroker, unique: str, tmp_path: Path) -> None:
     topic, g1, g2 = f"{unique}-when", f"{unique}-audit", f"{unique}-report"
     a, b = aliases()
-    t0 = 1_790_000_000_000
+    t0 = PAST_MS
     cut = t0 + 10_500
     await create_topic(primary.bootstrap, topic, 3)
     records = (
