@@ -1,4 +1,5 @@
-"""Local brokers: `mirrorline dev brokers` end to end; brokers from `start_broker` serve data."""
+"""Local Tansu brokers: `mirrorline dev brokers` end to end (its default, pip-only broker),
+`start_broker`'s checks; the drill's produce/consume tools against the suite's clusters."""
 
 from __future__ import annotations
 
@@ -137,12 +138,17 @@ async def test_start_broker_serves_records(primary: LocalBroker, unique: str) ->
     assert (last.key, last.value, last.offset) == (None, b"v2", 1)
 
 
-async def test_recognises_its_own_broker_process(primary: LocalBroker) -> None:
-    assert is_broker_process(primary.pid, "primary", primary.port)
-    assert is_broker_process(primary.pid, "primary")
-    assert not is_broker_process(primary.pid, "backup")
-    assert not is_broker_process(primary.pid, "primary", primary.port + 1)
-    assert not is_broker_process(os.getpid(), "primary")
+async def test_recognises_its_own_broker_process(tmp_path: Path) -> None:
+    """A Tansu broker of its own: the suite's clusters may be Apache Kafka."""
+    broker = await start_broker("solo", log_dir=tmp_path)
+    try:
+        assert is_broker_process(broker.pid, "solo", broker.port)
+        assert is_broker_process(broker.pid, "solo")
+        assert not is_broker_process(broker.pid, "backup")
+        assert not is_broker_process(broker.pid, "solo", broker.port + 1)
+        assert not is_broker_process(os.getpid(), "solo")
+    finally:
+        await stop_broker_async(broker.pid)
 
 
 async def test_start_broker_refuses_a_busy_port(primary: LocalBroker, tmp_path: Path) -> None:

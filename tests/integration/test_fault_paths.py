@@ -352,3 +352,26 @@ async def test_a_lone_worker_whose_home_cluster_is_down_stops_promptly(
 
 async def _logged(proc: ServiceProcess, text: str, times: int) -> bool:
     return proc.log_tail(400).count(text) >= times
+
+
+@pytest.mark.kafka_only
+async def test_group_offsets_on_a_fresh_cluster_wait_for_its_group_coordinator(
+        tmp_path: Path) -> None:
+    """A failover to a target no consumer group has used yet: Apache Kafka creates its
+    offsets topic on the first FindCoordinator and answers COORDINATOR_NOT_AVAILABLE until
+    it is ready. Before, the checkpointer's ExecuteFailover failed there with that error
+    (an internal gRPC error and a traceback) instead of waiting, as Kafka's clients do."""
+    from mirrorline.kafka.admin import ClusterAdmin
+    from mirrorline.kafka.groups import GroupOffsets
+
+    fresh = await start_cluster("fresh", tmp_path / "fresh")
+    try:
+        await create_topic(fresh.bootstrap, "t", 1)
+        async with ClusterAdmin("fresh", {"bootstrap_servers": fresh.bootstrap}) as admin:
+            groups = GroupOffsets(admin)
+            states = await groups.describe(["g"])
+            assert states["g"].state == "Dead" and not states["g"].active
+            await groups.commit("g", {("t", 0): (0, "")})
+            assert await groups.committed("g", [("t", 0)]) == {("t", 0): (0, "")}
+    finally:
+        await stop_cluster(fresh)
