@@ -1,10 +1,12 @@
-"""Small async helpers for tests against real (Tansu) brokers. Import as `from helpers import ...`.
+"""Small async helpers for tests against real brokers. Import as `from helpers import ...`.
 
 `tests/` has no `__init__.py`, so pytest puts this directory on `sys.path` when it loads
-`tests/conftest.py`. The helpers work around Tansu where it differs from Kafka without
-weakening what a test checks: `consume_all` decides where a partition ends from the high
-watermark in fetch responses, because Tansu's ListOffsets(latest) answers the last batch's
-base offset + 1 instead of the log end.
+`tests/conftest.py`. The suite's broker is Apache Kafka, or Tansu with
+`MIRRORLINE_TEST_BROKER=tansu` (`broker_kind()`); `start_cluster` starts one of that kind
+for a test that needs a cluster of its own. The helpers work on both without weakening
+what a test checks: `consume_all` decides where a partition ends from the high watermark
+in fetch responses, which is right on Kafka and needed on Tansu, whose ListOffsets(latest)
+answers the last batch's base offset + 1 instead of the log end.
 """
 
 from __future__ import annotations
