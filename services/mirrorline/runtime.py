@@ -119,11 +119,19 @@ async def stop_within(awaitable: Awaitable[object], budget: float, what: str) ->
             log.warning("%s failed: %r", what, task.exception())
         return True
     task.cancel()
+    # Whenever it ends, its outcome is read here: a cancelled `gather` ends with an error
+    # that asyncio would otherwise log, with a traceback, as never retrieved.
+    task.add_done_callback(_read_outcome)
     await asyncio.wait({task}, timeout=CANCEL_BUDGET_S)
     log.warning("%s took over %.1fs (a cluster does not answer); not waiting for it", what,
                 budget)
     _abandoned.append(what)
     return False
+
+
+def _read_outcome(task: asyncio.Future[object]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 #: Stops given up on (see `stop_within`): their clients are left unclosed at exit.
