@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from helpers import PAST_MS
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
@@ -31,7 +32,7 @@ class Rec:
     offset: int
     value: bytes | None
     key: bytes | None = b"k"
-    timestamp: int = 1_700_000_000_000
+    timestamp: int = PAST_MS  # recent: older records fall to the retention check at once
     headers: tuple[tuple[str, bytes], ...] = ()
     topic: str = "orders"
     partition: int = 0
