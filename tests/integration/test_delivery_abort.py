@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from helpers import PAST_MS
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from helpers import PAST_MS
 
 from mirrorline.dev import kafka
 from mirrorline.replicator.delivery import DeliveryLoop
