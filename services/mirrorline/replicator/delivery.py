@@ -19,6 +19,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer, TopicPartition
 
+from mirrorline.kafka.metadata import require_partition
 from mirrorline.replicator.pump import Delivered, PartitionPump, oversized
 
 log = logging.getLogger(__name__)
@@ -79,6 +80,7 @@ class DeliveryLoop:
                 pump.failed(refusal, now)
                 continue
             try:
+                await require_partition(producer, pump.target_topic, pump.partition)
                 future = await producer.send_batch(batch, pump.target_topic,
                                                    partition=pump.partition)
             except Exception as exc:
