@@ -80,3 +80,49 @@ async def test_records_deleted_before_they_were_copied_are_reported_and_copying_
     lost = [line for line in metrics.splitlines()
             if line.startswith("record_lost_count") and f'topic="{remote}"' in line]
     assert lost and re.search(r"} 50(\.0)?$", lost[0]), lost
+
+
+async def test_a_source_topic_deleted_and_recreated_is_reported_and_copied_from_its_start(
+        primary: LocalKafkaCluster, backup: LocalKafkaCluster, unique: str,
+        tmp_path: Path) -> None:
+    topic, remote = f"{unique}-again", f"primary.{unique}-again"
+    await ready_topic(primary.bootstrap, topic, 1)
+    config = mm2_config({"primary": primary, "backup": backup}, {"primary->backup": {
+        "topics": topic, "refresh.topics.interval.seconds": "1"}})
+    await produce(primary.bootstrap, topic, [Record(f"a{n}".encode()) for n in range(100)])
+
+    async def target_holds(count: int) -> bool:
+        try:
+            got = await read_all(backup.bootstrap, remote, timeout=10)
+        except AssertionError:
+            return False
+        return sum(map(len, got.values())) >= count
+
+    async with replicator(config, tmp_path, name="again") as proc:
+        await wait_for(lambda: target_holds(100), 60, f"{remote} never held 100 records",
+                       interval=0.3)
+        admin = AIOKafkaAdminClient(bootstrap_servers=primary.bootstrap)
+        await admin.start()
+        try:
+            await admin.delete_topics([topic])
+        finally:
+            await admin.close()
+
+        async def let_go() -> bool:
+            return f"stopped replicating {topic}-0" in proc.log_path.read_text()
+        await wait_for(let_go, 60, "the replicator never let go of the deleted topic",
+                       interval=0.3)
+        await ready_topic(primary.bootstrap, topic, 1)
+        # More records than the old topic had: a mirror resuming at the old offset would
+        # skip the first 100 without a word.
+        await produce(primary.bootstrap, topic, [Record(f"n{n}".encode()) for n in range(150)])
+        await wait_for(lambda: target_holds(250), 60, f"{remote} never held the new records",
+                       interval=0.3)
+        status = await proc.replicator_status()
+        log = proc.log_path.read_text()
+    target = values((await read_all(backup.bootstrap, remote))[0])
+    assert target == ([f"a{n}".encode() for n in range(100)]
+                      + [f"n{n}".encode() for n in range(150)])
+    (row,) = [p for p in status.partitions if p.source_topic == topic]
+    assert "recreated" in row.error, row
+    assert "recreated" in log

@@ -27,7 +27,7 @@ from mirrorline.core.backoff import Backoff
 from mirrorline.core.errors import ConfigError
 from mirrorline.core.policy import make_policy
 from mirrorline.core.settings import FlowSettings
-from mirrorline.core.tail_match import Verdict
+from mirrorline.core.tail_match import ResumePoint, Verdict
 from mirrorline.kafka.causes import explain
 from mirrorline.kafka.discovery import DiscoveryResult, RemoteTopic, TopicDiscovery
 from mirrorline.kafka.flowclients import FlowClients
@@ -82,6 +82,9 @@ class FlowReplicator:
         self._traffic = FlowTraffic(flow.name, self._pumps, self._pump_metrics,
                                     metrics=metrics, tracer=tracer, backoff=self._backoff)
         self._saved: dict[tuple[str, int], int] = {}
+        #: Source topics whose partitions were let go because the topic vanished: if it
+        #: comes back it was recreated, and is copied from its start.
+        self._vanished: set[str] = set()
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
         self._lock = asyncio.Lock()
@@ -244,6 +247,13 @@ class FlowReplicator:
 
     async def apply_discovery(self, result: DiscoveryResult) -> None:
         self.problems = dict(result.problems)
+        if result.source_topics is not None:
+            gone = {tp.topic for tp in self._pumps} - result.source_topics
+            for topic in sorted(gone - self._vanished):
+                log.warning("%s: source topic %s no longer exists; letting its partitions "
+                            "go (if it is created again, it is copied from its start)",
+                            self.name, topic)
+            self._vanished |= gone
         await self.set_topics(result.topics)
 
     async def set_topics(self, topics: Mapping[str, RemoteTopic]) -> None:
@@ -297,8 +307,10 @@ class FlowReplicator:
         for tp in removed:
             await self._drop(tp)
         assert self._planner_of_starts is not None
-        starts = await self._planner_of_starts.starts({tp: wanted[tp] for tp in added},
-                                                      self._saved)
+        recreated = [tp for tp in added if tp.topic in self._vanished]
+        starts = await self._planner_of_starts.starts(
+            {tp: wanted[tp] for tp in added if tp not in recreated}, self._saved)
+        starts.update(await self._recreated(recreated, wanted))
         for tp in added:
             self._add_pump(tp, wanted[tp], starts[tp])
             if self.paused:
@@ -315,6 +327,33 @@ class FlowReplicator:
             log.info("%s: now replicating %d partitions (+%d, -%d)", self.name,
                      len(self._pumps), len(added), len(removed))
         self._traffic.assignment_changed.set()
+
+    async def _recreated(self, partitions: list[TopicPartition],
+                         wanted: Mapping[TopicPartition, str]) -> dict[TopicPartition, Start]:
+        """Starts of the partitions of a source topic that vanished and exists again: it
+        was deleted and created anew, so its offsets start over. Each is copied from its
+        log start (its records follow the old ones on the remote topic) instead of resuming
+        at the old topic's offset, which would skip the new topic's first records without
+        a word."""
+        if not partitions:
+            return {}
+        consumer = self._traffic.consumer
+        assert consumer is not None
+        begin = await consumer.beginning_offsets(partitions)
+        out: dict[TopicPartition, Start] = {}
+        for tp in partitions:
+            old = self._saved.pop((tp.topic, tp.partition), None)
+            reason = (f"source topic {tp.topic} was deleted and recreated: partition "
+                      f"{tp.partition} is copied from its start (offset {begin[tp]}), after "
+                      f"the old topic's records on {wanted[tp]}"
+                      + (f" (the old one was copied up to offset {old})" if old is not None
+                         else ""))
+            log.warning("%s: %s", self.name, reason)
+            out[tp] = Start(begin[tp], ResumePoint(begin[tp], Verdict.FALLBACK, reason))
+            if self._traffic.progress is not None:
+                self._traffic.progress.save(tp.topic, tp.partition, begin[tp])
+        self._vanished -= {tp.topic for tp in partitions}
+        return out
 
     def _add_pump(self, tp: TopicPartition, remote: str, start: Start) -> None:
         pump = PartitionPump(flow=self.name, source_topic=tp.topic, target_topic=remote,
