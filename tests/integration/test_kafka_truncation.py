@@ -3,13 +3,17 @@
 DeleteRecords (what retention does, on demand) removes source records the replicator has
 not copied yet. The gap must be reported -- in the log, the partition's status and a
 metric, with the count and the offsets -- and replication must go on from the new log
-start, with every record that still existed copied: nothing else skipped.
+start, with every record that still existed copied: nothing else skipped. A source topic
+deleted and created again is copied from its new start, and reported. Records the
+mirror copied but the source lost before the audit read them make their window
+UNVERIFIABLE.
 """
 
 from __future__ import annotations
 
 import re
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -18,9 +22,10 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.records_to_delete import RecordsToDelete
 from helpers import Record, produce, wait_for
 from kafka_checks import read_all, ready_topic, values
-from procs import mm2_config, replicator
+from procs import ServiceProcess, free_port, mm2_config, replicator
 
 from mirrorline.dev.kafka import LocalKafkaCluster
+from mirrorline.v1 import admin_pb2_grpc, heartbeat_pb2
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka_only]
 
@@ -126,3 +131,78 @@ async def test_a_source_topic_deleted_and_recreated_is_reported_and_copied_from_
     (row,) = [p for p in status.partitions if p.source_topic == topic]
     assert "recreated" in row.error, row
     assert "recreated" in log
+
+
+def verdicts(report: heartbeat_pb2.AuditReport) -> dict[int, str]:
+    return {w.window_start_ms: f"{w.verdict} {w.count}" if w.count else w.verdict
+            for w in report.windows if w.partition == 0}
+
+
+async def test_the_audit_calls_a_window_unverifiable_when_the_source_lost_it_unread(
+        primary: LocalKafkaCluster, backup: LocalKafkaCluster, unique: str,
+        tmp_path: Path) -> None:
+    """Records copied by the mirror, then deleted from the source before the audit read
+    them: the audit cannot know what the source held, so the window is UNVERIFIABLE --
+    neither OK nor a false DUPLICATED alarm."""
+    topic, flow = f"{unique}-audit", "primary->backup"
+    await ready_topic(primary.bootstrap, topic, 1)
+    window = 1000
+    config = tmp_path / "audit.properties"
+    config.write_text(mm2_config({"primary": primary, "backup": backup}, {flow: {
+        "topics": topic, "refresh.topics.interval.seconds": "1"}},
+        mirrorline_deployment=unique, emit_heartbeats_enabled="false",
+        canary_enabled="false", audit_window_ms=str(window), audit_grace_ms="2000"))
+
+    def heartbeat(name: str) -> ServiceProcess:
+        port = free_port()
+        return ServiceProcess(["heartbeat", "--config", str(config), "--grpc-port", str(port),
+                               "--metrics-port", "-1"], grpc_port=port,
+                              log_path=tmp_path / f"{name}.log")
+
+    async def audit(proc: ServiceProcess) -> dict[int, str]:
+        report = await admin_pb2_grpc.AdminStub(proc.channel).Audit(
+            heartbeat_pb2.AuditRequest(flow=flow, topic=topic), timeout=10)
+        return verdicts(report)
+
+    def at(start: int, count: int, tag: str) -> list[Record]:
+        return [Record(f"{tag}{n}".encode(), timestamp_ms=start + n) for n in range(count)]
+
+    async with replicator(config.read_text(), tmp_path, name="mirror"):
+        first = heartbeat("heartbeat-1")
+        await first.start()
+        try:
+            await first.wait_serving(60)
+            a = (int(time.time() * 1000) // window + 3) * window  # a window the audit covers
+            await produce(primary.bootstrap, topic, at(a, 10, "a"))
+
+            async def judged_a() -> bool:
+                return a in await audit(first)
+            await wait_for(judged_a, 60, "the audit never judged the first window",
+                           interval=0.3)
+            assert (await audit(first))[a] == "OK"
+        finally:
+            await first.close()
+        # With the audit down: window B is copied, then deleted from the source unread.
+        b = a + 2 * window
+        await produce(primary.bootstrap, topic, at(b, 10, "b"))
+        await produce(primary.bootstrap, topic, at(b + 2 * window, 10, "c"))
+
+        async def mirrored() -> bool:
+            got = await read_all(backup.bootstrap, f"primary.{topic}", timeout=10)
+            return len(got[0]) >= 30
+        await wait_for(mirrored, 60, "the mirror never copied windows B and C", interval=0.3)
+        await delete_records(primary, topic, 20)
+        second = heartbeat("heartbeat-2")
+        await second.start()
+        try:
+            await second.wait_serving(60)
+
+            async def judged_b() -> bool:
+                return {b, b + 2 * window} <= set(await audit(second))
+            await wait_for(judged_b, 60, "the audit never judged windows B and C",
+                           interval=0.3)
+            seen = await audit(second)
+        finally:
+            await second.close()
+    assert seen[b] == "UNVERIFIABLE", seen
+    assert seen[b + 2 * window] == "OK", seen
