@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from aiokafka import TopicPartition
+from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.records_to_delete import RecordsToDelete
 from helpers import Record, produce, wait_for
@@ -133,9 +133,35 @@ async def test_a_source_topic_deleted_and_recreated_is_reported_and_copied_from_
     assert "recreated" in log
 
 
-def verdicts(report: heartbeat_pb2.AuditReport) -> dict[int, str]:
+AUDIT_WINDOW_MS = 1000
+
+
+def audit_config(primary: LocalKafkaCluster, backup: LocalKafkaCluster, topic: str,
+                 unique: str) -> str:
+    """One flow for `topic`, audited in 1 s windows; no heartbeats or canaries (the
+    clusters are shared)."""
+    return mm2_config({"primary": primary, "backup": backup}, {"primary->backup": {
+        "topics": topic, "refresh.topics.interval.seconds": "1"}},
+        mirrorline_deployment=unique, emit_heartbeats_enabled="false",
+        canary_enabled="false", audit_window_ms=str(AUDIT_WINDOW_MS), audit_grace_ms="2000")
+
+
+def heartbeat_service(config: Path, tmp: Path, name: str) -> ServiceProcess:
+    port = free_port()
+    return ServiceProcess(["heartbeat", "--config", str(config), "--grpc-port", str(port),
+                           "--metrics-port", "-1"], grpc_port=port, log_path=tmp / f"{name}.log")
+
+
+async def audited(proc: ServiceProcess, flow: str, topic: str) -> dict[int, str]:
+    """Window start -> verdict of partition 0 of `topic`."""
+    report = await admin_pb2_grpc.AdminStub(proc.channel).Audit(
+        heartbeat_pb2.AuditRequest(flow=flow, topic=topic), timeout=10)
     return {w.window_start_ms: f"{w.verdict} {w.count}" if w.count else w.verdict
             for w in report.windows if w.partition == 0}
+
+
+def at(start: int, count: int, tag: str) -> list[Record]:
+    return [Record(f"{tag}{n}".encode(), timestamp_ms=start + n) for n in range(count)]
 
 
 async def test_the_audit_calls_a_window_unverifiable_when_the_source_lost_it_unread(
@@ -146,26 +172,15 @@ async def test_the_audit_calls_a_window_unverifiable_when_the_source_lost_it_unr
     neither OK nor a false DUPLICATED alarm."""
     topic, flow = f"{unique}-audit", "primary->backup"
     await ready_topic(primary.bootstrap, topic, 1)
-    window = 1000
+    window = AUDIT_WINDOW_MS
     config = tmp_path / "audit.properties"
-    config.write_text(mm2_config({"primary": primary, "backup": backup}, {flow: {
-        "topics": topic, "refresh.topics.interval.seconds": "1"}},
-        mirrorline_deployment=unique, emit_heartbeats_enabled="false",
-        canary_enabled="false", audit_window_ms=str(window), audit_grace_ms="2000"))
+    config.write_text(audit_config(primary, backup, topic, unique))
 
     def heartbeat(name: str) -> ServiceProcess:
-        port = free_port()
-        return ServiceProcess(["heartbeat", "--config", str(config), "--grpc-port", str(port),
-                               "--metrics-port", "-1"], grpc_port=port,
-                              log_path=tmp_path / f"{name}.log")
+        return heartbeat_service(config, tmp_path, name)
 
     async def audit(proc: ServiceProcess) -> dict[int, str]:
-        report = await admin_pb2_grpc.AdminStub(proc.channel).Audit(
-            heartbeat_pb2.AuditRequest(flow=flow, topic=topic), timeout=10)
-        return verdicts(report)
-
-    def at(start: int, count: int, tag: str) -> list[Record]:
-        return [Record(f"{tag}{n}".encode(), timestamp_ms=start + n) for n in range(count)]
+        return await audited(proc, flow, topic)
 
     async with replicator(config.read_text(), tmp_path, name="mirror"):
         first = heartbeat("heartbeat-1")
@@ -206,3 +221,55 @@ async def test_the_audit_calls_a_window_unverifiable_when_the_source_lost_it_unr
             await second.close()
     assert seen[b] == "UNVERIFIABLE", seen
     assert seen[b + 2 * window] == "OK", seen
+
+
+async def test_the_audit_tells_a_duplicate_from_a_gap_on_a_transactional_source(
+        primary: LocalKafkaCluster, backup: LocalKafkaCluster, unique: str,
+        tmp_path: Path) -> None:
+    """Transaction markers take offsets too: the source's offsets have gaps that are not
+    records lost to retention. A record repeated on the target is DUPLICATED there,
+    not UNVERIFIABLE."""
+    topic, flow = f"{unique}-txaudit", "primary->backup"
+    remote = f"primary.{topic}"
+    await ready_topic(primary.bootstrap, topic, 1)
+    config = tmp_path / "audit.properties"
+    config.write_text(audit_config(primary, backup, topic, unique))
+    async with replicator(config.read_text(), tmp_path, name="mirror"):
+        proc = heartbeat_service(config, tmp_path, "heartbeat")
+        await proc.start()
+        try:
+            await proc.wait_serving(60)
+            w = (int(time.time() * 1000) // AUDIT_WINDOW_MS + 3) * AUDIT_WINDOW_MS
+            producer = AIOKafkaProducer(bootstrap_servers=primary.bootstrap,
+                                        transactional_id=f"{unique}-tx")
+            await producer.start()
+            try:
+                for t in range(3):  # three transactions: a marker after each
+                    async with producer.transaction():
+                        for r in at(w + 10 * t, 5, f"t{t}-"):
+                            await producer.send(topic, r.value, timestamp_ms=r.timestamp_ms,
+                                                partition=0)
+                        await producer.send(topic, b"x", timestamp_ms=w + 2 * AUDIT_WINDOW_MS
+                                            + t, partition=0)
+            finally:
+                await producer.stop()
+
+            async def mirrored() -> bool:
+                try:
+                    got = await read_all(backup.bootstrap, remote, timeout=10)
+                except AssertionError:
+                    return False
+                return len(got[0]) >= 18
+            await wait_for(mirrored, 60, f"{remote} never held the records", interval=0.3)
+            repeated = (await read_all(backup.bootstrap, remote))[0][7]
+            await produce(backup.bootstrap, remote, [Record(
+                repeated.value, timestamp_ms=repeated.timestamp, partition=0)])
+
+            async def judged() -> bool:
+                return {w, w + 2 * AUDIT_WINDOW_MS} <= set(await audited(proc, flow, topic))
+            await wait_for(judged, 60, "the audit never judged the windows", interval=0.3)
+            seen = await audited(proc, flow, topic)
+        finally:
+            await proc.close()
+    assert seen[w] == "DUPLICATED 1", seen
+    assert seen[w + 2 * AUDIT_WINDOW_MS] == "OK", seen
