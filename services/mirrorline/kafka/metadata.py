@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.errors import KafkaError
 
 
 async def partitions_by_topic(consumer: AIOKafkaConsumer,
@@ -29,8 +30,9 @@ async def partitions_by_topic(consumer: AIOKafkaConsumer,
     return found
 
 
-class PartitionNotKnown(RuntimeError):
-    """The target's metadata does not show the partition (yet)."""
+class PartitionNotKnown(KafkaError):  # type: ignore[misc]
+    """The target's metadata does not show the partition (yet): retried like any other
+    transient Kafka error."""
 
 
 async def require_partition(producer: AIOKafkaProducer, topic: str, partition: int) -> None:
