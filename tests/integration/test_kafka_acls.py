@@ -16,9 +16,9 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from pathlib import Path
 
 import pytest
-from helpers import Record, produce, wait_for
+from helpers import Record, commit_offsets, produce, wait_for
 from kafka_checks import read_all, ready_topic, values
-from procs import ServiceProcess, free_port, replicator
+from procs import ServiceProcess, checkpointer, free_port, replicator
 
 from mirrorline.core.aclsync import AclBinding
 from mirrorline.dev import kafka
@@ -78,8 +78,9 @@ def grants(resource: str, name: str, pattern: str, operations: str) -> list[AclB
 
 def mirror_acls_source(source: str, target: str, topics_prefix: str) -> list[AclBinding]:
     """What the mirror needs on the source cluster `source` (README, "ACLs Mirrorline
-    needs"); `topics_prefix` stands for the mirrored topics."""
+    needs"); `topics_prefix` stands for the mirrored topics and groups."""
     return [*grants("TOPIC", topics_prefix, "PREFIXED", "READ DESCRIBE DESCRIBE_CONFIGS"),
+            *grants("GROUP", topics_prefix, "PREFIXED", "DESCRIBE"),
             *grants("TOPIC", f"mm2-offset-syncs.{target}.internal", "LITERAL",
                     "CREATE READ WRITE DESCRIBE"),
             *grants("CLUSTER", "kafka-cluster", "LITERAL", "DESCRIBE DESCRIBE_CONFIGS")]
@@ -94,6 +95,7 @@ def mirror_acls_target(source: str) -> list[AclBinding]:
                               f"mirrorline.drift-history.{source}.internal",
                               f"mirrorline.acl-owned.{source}.internal")
               for g in grants("TOPIC", topic, "LITERAL", "CREATE READ WRITE DESCRIBE")),
+            *grants("TRANSACTIONAL_ID", "mirrorline-", "PREFIXED", "WRITE DESCRIBE"),
             *grants("CLUSTER", "kafka-cluster", "LITERAL", "DESCRIBE DESCRIBE_CONFIGS ALTER")]
 
 
@@ -171,11 +173,16 @@ async def test_mm2_rules_with_the_mirror_holding_only_the_acls_it_needs(
         acl(f"{unique}-ord", "User:dave", "READ", pattern="PREFIXED"),  # mm2: not copied
     ])
     await produce(src.bootstrap, orders, [Record(f"r{n}".encode()) for n in range(50)])
-    config = mirror_config(secured, f"{unique}-.*")
+    group = f"{unique}-readers"
+    await commit_offsets(src.bootstrap, group, {(orders, 0): 40})
+    # Exactly-once mode and the checkpointer too: their ACLs are in the list as well.
+    config = mirror_config(secured, f"{unique}-.*", **{
+        "exactly.once.support": "required", "groups": f"{unique}-.*",
+        "refresh.groups.interval.seconds": "1", "emit.checkpoints.interval.seconds": "1"})
     sync = configsync(config, tmp_path, "configsync")
     await sync.start()
     try:
-        async with replicator(config, tmp_path):
+        async with replicator(config, tmp_path), checkpointer(config, tmp_path) as checker:
             await sync.wait_serving()
 
             async def copied() -> bool:
@@ -196,7 +203,18 @@ async def test_mm2_rules_with_the_mirror_holding_only_the_acls_it_needs(
                 f"r{n}".encode() for n in range(50)]
             # Later rounds change nothing: no WRITE, no prefixed ACL, nothing else.
             await more_rounds(sync, 2)
-            log = sync.log_path.read_text()
+
+            async def checkpointed() -> bool:
+                try:
+                    got = await read_all(dst.bootstrap, "src.checkpoints.internal",
+                                         timeout=10)
+                except AssertionError:
+                    return False
+                return any(r.key is not None and group.encode() in r.key
+                           for rs in got.values() for r in rs)
+            await wait_for(checkpointed, 60, f"no checkpoint of {group} reached the target",
+                           interval=0.3)
+            log = sync.log_path.read_text() + checker.log_path.read_text()
         assert await acls_on(dst, f"src.{unique}") == expected
         assert "Authorization" not in log and "Traceback" not in log, log[-3000:]
         assert MIRROR_PASSWORD not in log
