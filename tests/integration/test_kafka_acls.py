@@ -3,10 +3,11 @@
 Two clusters of their own (module scope): a PLAINTEXT listener for the test itself
 (`User:ANONYMOUS`, a super user, plays the operator) and a SASL_PLAINTEXT listener where
 Mirrorline logs in as `User:mirror`. The mirror holds exactly the ACLs the README lists
-under "ACLs Mirrorline needs" (`MIRROR_ACLS_*` below, kept identical to it) and nothing
-more: replication, config sync and ACL sync must all work with them. The ACL rules are
-MM2's (`sync.topic.acls.mode = mm2`) -- literal topic ACLs copied to the remote topic,
-WRITE never, ALL as READ -- and the `full` mode's prefixed ACLs and safe removal.
+under "ACLs Mirrorline needs" (`mirror_acls_source` / `mirror_acls_target` below, kept
+identical to it) and nothing more: replication (in exactly-once mode), checkpoints,
+config sync and ACL sync must all work with them. The ACL rules are MM2's
+(`sync.topic.acls.mode = mm2`) -- literal topic ACLs copied to the remote topic, WRITE
+never, ALL as READ -- and the `full` mode's prefixed and group ACLs and safe removal.
 """
 
 from __future__ import annotations
