@@ -12,6 +12,7 @@ UNVERIFIABLE.
 from __future__ import annotations
 
 import re
+import secrets
 import signal
 import time
 from pathlib import Path
@@ -22,10 +23,17 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.records_to_delete import RecordsToDelete
 from helpers import Record, produce, wait_for
 from kafka_checks import read_all, ready_topic, values
-from procs import ServiceProcess, free_port, mm2_config, replicator
+from procs import (
+    ServiceProcess,
+    deployment,
+    deployment_config,
+    free_port,
+    mm2_config,
+    replicator,
+)
 
 from mirrorline.dev.kafka import LocalKafkaCluster
-from mirrorline.v1 import admin_pb2_grpc, heartbeat_pb2
+from mirrorline.v1 import admin_pb2, admin_pb2_grpc, flows_pb2, heartbeat_pb2
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka_only]
 
@@ -37,6 +45,15 @@ async def delete_records(cluster: LocalKafkaCluster, topic: str, before: int) ->
     try:
         low = await admin.delete_records({TopicPartition(topic, 0): RecordsToDelete(before)})
         assert low[TopicPartition(topic, 0)] == before
+    finally:
+        await admin.close()
+
+
+async def delete_topic(cluster: LocalKafkaCluster, topic: str) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=cluster.bootstrap)
+    await admin.start()
+    try:
+        await admin.delete_topics([topic])
     finally:
         await admin.close()
 
@@ -106,12 +123,7 @@ async def test_a_source_topic_deleted_and_recreated_is_reported_and_copied_from_
     async with replicator(config, tmp_path, name="again") as proc:
         await wait_for(lambda: target_holds(100), 60, f"{remote} never held 100 records",
                        interval=0.3)
-        admin = AIOKafkaAdminClient(bootstrap_servers=primary.bootstrap)
-        await admin.start()
-        try:
-            await admin.delete_topics([topic])
-        finally:
-            await admin.close()
+        await delete_topic(primary, topic)
 
         async def let_go() -> bool:
             return f"stopped replicating {topic}-0" in proc.log_path.read_text()
@@ -273,3 +285,49 @@ async def test_the_audit_tells_a_duplicate_from_a_gap_on_a_transactional_source(
             await proc.close()
     assert seen[w] == "DUPLICATED 1", seen
     assert seen[w + 2 * AUDIT_WINDOW_MS] == "OK", seen
+
+
+async def test_under_a_controller_a_recreated_source_topic_is_copied_from_its_start(
+        primary: LocalKafkaCluster, backup: LocalKafkaCluster, unique: str,
+        tmp_path: Path) -> None:
+    """The same with a controller and a worker (`mirrorline run`'s shape): the worker lets
+    the deleted topic's partition go when the controller takes it back, and copies the
+    recreated topic from its start when it is assigned again."""
+    tag = secrets.token_hex(3)
+    a, b = f"a{tag}", f"b{tag}"
+    topic, remote = f"{unique}-ctl", f"a{tag}.{unique}-ctl"
+    await ready_topic(primary.bootstrap, topic, 1)
+    await produce(primary.bootstrap, topic, [Record(f"a{n}".encode()) for n in range(100)])
+
+    async def target_holds(count: int) -> bool:
+        try:
+            got = await read_all(backup.bootstrap, remote, timeout=10)
+        except AssertionError:
+            return False
+        return sum(map(len, got.values())) >= count
+
+    async with deployment(deployment_config({a: primary, b: backup}), tmp_path) as d:
+        await d.controller("c1")
+        worker = await d.worker("w1")
+        admin = d.admin(await d.leader())
+        await admin.CreateFlow(admin_pb2.CreateFlowRequest(spec=flows_pb2.FlowSpec(
+            source=a, target=b, properties={"topics": topic,
+                                            "refresh.topics.interval.seconds": "1"})))
+        await wait_for(lambda: target_holds(100), 60, f"{remote} never held 100 records",
+                       interval=0.3)
+        await delete_topic(primary, topic)
+
+        async def let_go() -> bool:
+            return f"stopped replicating {topic}-0" in worker.log_path.read_text()
+        await wait_for(let_go, 60, "the worker never let go of the deleted topic",
+                       interval=0.3)
+        await ready_topic(primary.bootstrap, topic, 1)
+        await produce(primary.bootstrap, topic, [Record(f"n{n}".encode()) for n in range(150)])
+        await wait_for(lambda: target_holds(250), 60, f"{remote} never held the new records",
+                       interval=0.3)
+        status = await d.status()
+    target = values((await read_all(backup.bootstrap, remote))[0])
+    assert target == ([f"a{n}".encode() for n in range(100)]
+                      + [f"n{n}".encode() for n in range(150)])
+    (row,) = [p for p in status.partitions if p.source_topic == topic]
+    assert "recreated" in row.error, row

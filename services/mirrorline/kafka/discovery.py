@@ -38,8 +38,6 @@ class DiscoveryResult:
     topics: dict[str, RemoteTopic] = field(default_factory=dict)
     #: Source topic -> why it is not (fully) replicated.
     problems: dict[str, str] = field(default_factory=dict)
-    #: Every topic the source has now (selected or not); None when not listed.
-    source_topics: frozenset[str] | None = None
 
 
 class TopicDiscovery:
@@ -63,7 +61,6 @@ class TopicDiscovery:
     async def refresh(self) -> DiscoveryResult:
         result = DiscoveryResult()
         source_topics = await self._source.topic_partitions()
-        result.source_topics = frozenset(source_topics)
         selected = {t: n for t, n in source_topics.items() if self.selects(t)}
         remote = {t: self.policy.format_remote_topic(self.flow.naming_source, t) for t in selected}
         existing = await self._target.topic_partitions(remote.values())

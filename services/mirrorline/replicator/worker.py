@@ -126,6 +126,9 @@ class WorkerAgent:
         self._tracer = tracer
         self.drivers: dict[str, FlowDriver] = {}
         self.broken: dict[str, str] = {}
+        #: Per flow, the source topics its partitions were let go for because they were
+        #: deleted: kept here, since a flow that owns nothing is stopped and started anew.
+        self._vanished: dict[str, set[str]] = {}
         self.acted_offset = -1
         self._changed = asyncio.Event()
         self._settled = asyncio.Event()
@@ -203,7 +206,9 @@ class WorkerAgent:
                     continue
                 driver = FlowDriver(FlowReplicator(settings, worker_id=self.worker_id,
                                                    metrics=self._metrics, tracer=self._tracer,
-                                                   discover=False), desired,
+                                                   discover=False,
+                                                   vanished=self._vanished.setdefault(
+                                                       name, set())), desired,
                                      self._settled.set)
                 self.drivers[name] = driver
                 driver.start()
