@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from mirrorline import logsecrets
+from mirrorline.kafka.autocreate import forbid_auto_creation
 from mirrorline.kafka.causes import quiet_aiokafka
 
 log = logging.getLogger(__name__)
@@ -164,6 +165,7 @@ def run_service(factory: Callable[[], Service]) -> int:
     `CANCEL_BUDGET_S` instead of being waited for without limit.
     """
     tune_gc()
+    forbid_auto_creation()  # a deleted topic must stay deleted, whatever the broker allows
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     try:

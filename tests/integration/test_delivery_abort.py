@@ -1,7 +1,7 @@
 """A fenced worker lets go of a partition whose batch never reached its producer's queue.
 
-Found on Apache Kafka: right after a remote topic is created, the first send of a partition
-waits in aiokafka for the topic's metadata. A worker that lost its lease then aborts the
+Found on Apache Kafka: the first send of a partition waits for the remote topic's metadata
+(long, on a loaded broker). A worker that lost its lease then aborts the
 producer, and an aborted producer never ends that wait. The send was not counted as in
 flight, so nothing cancelled it, and the partition waited "for its batch in flight" for
 good: the worker copied nothing more until restarted (seen in `mirrorline dev demo
@@ -11,6 +11,8 @@ good: the worker copied nothing more until restarted (seen in `mirrorline dev de
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,13 +51,11 @@ async def create_topic(bootstrap: str, topic: str) -> None:
 
 async def test_a_send_waiting_for_metadata_settles_when_its_producer_is_aborted(
         tmp_path: Path) -> None:
-    # A cluster that does not create topics on a metadata request: the remote topic's
-    # metadata never comes, as on a broker still propagating a new topic.
-    cluster = await kafka.start_kafka(
-        "no-auto-create", directory=tmp_path / "kafka",
-        overrides={"auto.create.topics.enable": "false"})
+    cluster = await kafka.start_kafka("frozen", directory=tmp_path / "kafka")
     producer = AIOKafkaProducer(bootstrap_servers=cluster.bootstrap)
     await producer.start()
+    consumer = AIOKafkaConsumer(bootstrap_servers=cluster.bootstrap)
+    frozen = False
     try:
         pump = PartitionPump(flow="a->b", source_topic="orders", target_topic="a.orders",
                              partition=0, next_offset=0)
@@ -63,13 +63,17 @@ async def test_a_send_waiting_for_metadata_settles_when_its_producer_is_aborted(
 
         # The flow's fetch is a real consumer's: with nothing to wait for it returns at once.
         await create_topic(cluster.bootstrap, "orders")
-        consumer = AIOKafkaConsumer(bootstrap_servers=cluster.bootstrap)
         await consumer.start()
         consumer.assign([TopicPartition("orders", 0)])
 
         async def fetch(timeout_ms: int) -> None:
             await consumer.getmany(timeout_ms=timeout_ms)
 
+        # A broker that does not answer (frozen, as one overloaded or cut off would be):
+        # the producer has never written to the remote topic, so the send first waits
+        # for its metadata, and that wait is what an aborted producer never ends.
+        os.kill(cluster.pid, signal.SIGSTOP)
+        frozen = True
         delivery = DeliveryLoop(producer, {TopicPartition("orders", 0): pump}, fetch=fetch,
                                 on_ack=lambda _pump, _delivered: None)
         copying = asyncio.create_task(delivery.run())
@@ -87,6 +91,8 @@ async def test_a_send_waiting_for_metadata_settles_when_its_producer_is_aborted(
         assert "SendAborted" in (pump.error or ""), \
             "an aborted send is an expected failure, not an unexpected producer error"
 
+        os.kill(cluster.pid, signal.SIGCONT)
+        frozen = False
         # Once a new producer is handed over, the partition copies again:
         # its batch was not lost with the aborted producer.
         await create_topic(cluster.bootstrap, "a.orders")
@@ -102,7 +108,9 @@ async def test_a_send_waiting_for_metadata_settles_when_its_producer_is_aborted(
             await asyncio.gather(copying, return_exceptions=True)
         finally:
             await replacement.stop()
-            await consumer.stop()
     finally:
+        if frozen:
+            os.kill(cluster.pid, signal.SIGCONT)
+        await consumer.stop()
         await producer.stop()
         await kafka.stop_kafka(cluster)

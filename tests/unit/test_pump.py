@@ -54,6 +54,20 @@ class Batch:
         return object()
 
 
+class AllPartitions:
+    """A producer's client and metadata that know every partition (the stand-in writes
+    wherever it is told)."""
+
+    def __init__(self) -> None:
+        self.cluster = self
+
+    def partitions_for_topic(self, topic: str) -> range:
+        return range(1 << 16)
+
+    async def force_metadata_update(self) -> bool:
+        return True
+
+
 class StandInProducer:
     """Writes into `log`; refuses a batch holding a value over MAX_VALUE bytes like Kafka
     (MESSAGE_TOO_LARGE); can fail the next N sends with a connection error."""
@@ -63,6 +77,7 @@ class StandInProducer:
         self.log: dict[int, list[tuple[Any, ...]]] = {}
         self.connection_failures = 0
         self.sends = 0
+        self.client = AllPartitions()
 
     def create_batch(self) -> Batch:
         return Batch(self.capacity)

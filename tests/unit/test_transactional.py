@@ -105,6 +105,20 @@ class Target:
         return found
 
 
+class AllPartitions:
+    """A producer's client and metadata that know every partition (the stand-in writes
+    wherever it is told)."""
+
+    def __init__(self) -> None:
+        self.cluster = self
+
+    def partitions_for_topic(self, topic: str) -> range:
+        return range(1 << 16)
+
+    async def force_metadata_update(self) -> bool:
+        return True
+
+
 class RecordingProducer:
     """Records calls in `calls`; can fail a send, a commit (landed or not) or be fenced."""
 
@@ -115,6 +129,7 @@ class RecordingProducer:
         self.commit_error: BaseException | None = None
         self.commit_lands = False
         self.fenced_at: str | None = None
+        self.client = AllPartitions()
 
     def create_batch(self) -> Batch:
         return Batch()

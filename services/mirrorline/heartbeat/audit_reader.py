@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -128,7 +128,9 @@ class AuditReader(Retrying):
                     expected = self._seek(consumer, part_of)
                 next_refresh = loop.time() + REFRESH_S
             deltas: dict[TopicPartition, dict[str, list[int]]] = {}
-            truncated: dict[TopicPartition, int] = {}
+            #: Offset gaps met (expected offset, first record after it, its timestamp):
+            #: retention's, or merely transaction markers' and compaction's.
+            gaps: dict[TopicPartition, list[tuple[int, int, int]]] = {}
             deadline = loop.time() + FLUSH_S
             if not part_of:  # nothing to read (yet): a fetch would wait for an assignment
                 await asyncio.sleep(FLUSH_S)
@@ -137,8 +139,9 @@ class AuditReader(Retrying):
                 for tp, records in batches.items():
                     d = deltas.setdefault(tp, {})
                     for record in records:
-                        if record.offset > expected.get(tp, 0) and tp not in truncated:
-                            truncated[tp] = record.timestamp
+                        if record.offset > expected.get(tp, 0):
+                            gaps.setdefault(tp, []).append(
+                                (expected.get(tp, 0), record.offset, record.timestamp))
                         expected[tp] = record.offset + 1
                         if record.timestamp < first:
                             continue
@@ -148,6 +151,9 @@ class AuditReader(Retrying):
                         self.records += 1
                 if not batches:
                     break
+            truncated = await _removed(consumer, gaps)
+            for tp in part_of:  # past transaction markers that end what was read
+                expected[tp] = max(expected.get(tp, 0), await consumer.position(tp))
             await self._flush(consumer, part_of, deltas, truncated, expected)
 
     def _seek(self, consumer: AIOKafkaConsumer,
@@ -195,3 +201,21 @@ class AuditReader(Retrying):
                 return True
             await asyncio.sleep(0.02)
         return False
+
+
+async def _removed(consumer: AIOKafkaConsumer,
+                   gaps: Mapping[TopicPartition, Sequence[tuple[int, int, int]]]
+                   ) -> dict[TopicPartition, int]:
+    """Partition -> timestamp of the first record after records that retention (or
+    DeleteRecords) removed before they were read, among the offset `gaps` met. A gap is
+    such a removal only if the partition's log start now lies beyond its expected offset:
+    transaction markers and compaction leave gaps too, with nothing lost to the audit."""
+    if not gaps:
+        return {}
+    starts = await consumer.beginning_offsets(list(gaps))
+    removed: dict[TopicPartition, int] = {}
+    for tp, seen in gaps.items():
+        lost = [timestamp for expected, _, timestamp in seen if expected < starts[tp]]
+        if lost:
+            removed[tp] = max(lost)
+    return removed

@@ -19,6 +19,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer, TopicPartition
 
+from mirrorline.kafka.metadata import require_partition
 from mirrorline.kafka.producer_abort import SendAborted
 from mirrorline.replicator.pump import Delivered, PartitionPump, oversized
 
@@ -34,6 +35,7 @@ OnFailed = Callable[[PartitionPump], None]
 
 async def _send(producer: AIOKafkaProducer, batch: Any, pump: PartitionPump) -> Any:
     """Queue `batch` for the pump's partition and wait for its acknowledgement."""
+    await require_partition(producer, pump.target_topic, pump.partition)
     delivered = await producer.send_batch(batch, pump.target_topic, partition=pump.partition)
     return await delivered
 

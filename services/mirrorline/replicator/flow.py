@@ -27,10 +27,11 @@ from mirrorline.core.backoff import Backoff
 from mirrorline.core.errors import ConfigError
 from mirrorline.core.policy import make_policy
 from mirrorline.core.settings import FlowSettings
-from mirrorline.core.tail_match import Verdict
+from mirrorline.core.tail_match import ResumePoint, Verdict
 from mirrorline.kafka.causes import explain
 from mirrorline.kafka.discovery import DiscoveryResult, RemoteTopic, TopicDiscovery
 from mirrorline.kafka.flowclients import FlowClients
+from mirrorline.kafka.metadata import partitions_by_topic
 from mirrorline.kafka.starts import Start, StartPlanner
 from mirrorline.replicator.checker import TargetChecker
 from mirrorline.replicator.delivery import DeliveryLoop
@@ -64,9 +65,12 @@ class FlowState(enum.Enum):
 
 class FlowReplicator:
     def __init__(self, flow: FlowSettings, *, worker_id: str, metrics: ReplicationMetrics,
-                 tracer: Tracer, discover: bool = True) -> None:
+                 tracer: Tracer, discover: bool = True, vanished: set[str] | None = None
+                 ) -> None:
         """`discover=False`: a controller decides the partitions (`set_partitions`), and
-        progress is re-read whenever partitions arrive (another worker may have moved it)."""
+        progress is re-read whenever partitions arrive (another worker may have moved it).
+        `vanished`: the flow's record of source topics seen deleted, kept by the caller
+        when this object may be replaced (a worker's flow that owned nothing for a while)."""
         self.flow = flow
         self.policy = make_policy(flow.policy, flow.naming_source)
         self.worker_id = worker_id
@@ -82,6 +86,9 @@ class FlowReplicator:
         self._traffic = FlowTraffic(flow.name, self._pumps, self._pump_metrics,
                                     metrics=metrics, tracer=tracer, backoff=self._backoff)
         self._saved: dict[tuple[str, int], int] = {}
+        #: Source topics whose partitions were let go because the topic vanished: if it
+        #: comes back it was recreated, and is copied from its start.
+        self._vanished: set[str] = vanished if vanished is not None else set()
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
         self._lock = asyncio.Lock()
@@ -294,11 +301,15 @@ class FlowReplicator:
         added = [tp for tp in wanted if tp not in self._pumps]
         if not removed and not added:
             return
+        if removed:
+            await self._note_vanished({tp.topic for tp in removed})
         for tp in removed:
             await self._drop(tp)
         assert self._planner_of_starts is not None
-        starts = await self._planner_of_starts.starts({tp: wanted[tp] for tp in added},
-                                                      self._saved)
+        recreated = [tp for tp in added if tp.topic in self._vanished]
+        starts = await self._planner_of_starts.starts(
+            {tp: wanted[tp] for tp in added if tp not in recreated}, self._saved)
+        starts.update(await self._recreated(recreated, wanted))
         for tp in added:
             self._add_pump(tp, wanted[tp], starts[tp])
             if self.paused:
@@ -315,6 +326,50 @@ class FlowReplicator:
             log.info("%s: now replicating %d partitions (+%d, -%d)", self.name,
                      len(self._pumps), len(added), len(removed))
         self._traffic.assignment_changed.set()
+
+    async def _note_vanished(self, topics: set[str]) -> None:
+        """Remember which of `topics` (whose partitions are let go) no longer exist on the
+        source: if one exists again later, it was recreated (see `_recreated`)."""
+        consumer = self._traffic.consumer
+        assert consumer is not None
+        try:
+            present = await partitions_by_topic(consumer, topics)
+        except Exception as exc:  # cannot tell: resume as after any hand-over
+            log.warning("%s: cannot tell whether %s still exist on the source (%r)",
+                        self.name, ", ".join(sorted(topics)), exc)
+            return
+        for topic in sorted(topics - set(present) - self._vanished):
+            log.warning("%s: source topic %s no longer exists; letting its partitions go "
+                        "(if it is created again, it is copied from its start)",
+                        self.name, topic)
+            self._vanished.add(topic)
+
+    async def _recreated(self, partitions: list[TopicPartition],
+                         wanted: Mapping[TopicPartition, str]) -> dict[TopicPartition, Start]:
+        """Starts of the partitions of a source topic that vanished and exists again: it
+        was deleted and created anew, so its offsets start over. Each is copied from its
+        log start (its records follow the old ones on the remote topic) instead of resuming
+        at the old topic's offset, which would skip the new topic's first records without
+        a word."""
+        if not partitions:
+            return {}
+        consumer = self._traffic.consumer
+        assert consumer is not None
+        begin = await consumer.beginning_offsets(partitions)
+        out: dict[TopicPartition, Start] = {}
+        for tp in partitions:
+            old = self._saved.pop((tp.topic, tp.partition), None)
+            reason = (f"source topic {tp.topic} was deleted and recreated: partition "
+                      f"{tp.partition} is copied from its start (offset {begin[tp]}), after "
+                      f"the old topic's records on {wanted[tp]}"
+                      + (f" (the old one was copied up to offset {old})" if old is not None
+                         else ""))
+            log.warning("%s: %s", self.name, reason)
+            out[tp] = Start(begin[tp], ResumePoint(begin[tp], Verdict.FALLBACK, reason))
+            if self._traffic.progress is not None:
+                self._traffic.progress.save(tp.topic, tp.partition, begin[tp])
+        self._vanished.difference_update(tp.topic for tp in partitions)
+        return out
 
     def _add_pump(self, tp: TopicPartition, remote: str, start: Start) -> None:
         pump = PartitionPump(flow=self.name, source_topic=tp.topic, target_topic=remote,

@@ -105,6 +105,8 @@ class PartitionPump:
         #: Something an operator should know that is not an error (how it resumed).
         self.notice: str | None = None
         self.records_replicated = 0
+        #: Source records removed before they could be copied (a gap on the target).
+        self.records_lost = 0
         self.last_ack_record_ts: int | None = None
         self._backoff = backoff or Backoff()
         self._backlog: deque[list[Record]] = deque()
@@ -174,12 +176,16 @@ class PartitionPump:
         return (self.state is PumpState.RUNNING and self._in_flight is not None
                 and self._prepared is None and bool(self._backlog or self._forced))
 
-    def skip_to(self, offset: int, reason: str) -> None:
-        """Move past source records that no longer exist (retention removed them)."""
+    def skip_to(self, offset: int, reason: str, lost: int = 0) -> None:
+        """Move past `lost` source records that no longer exist (retention or DeleteRecords
+        removed them); the partition's status says so from then on."""
         log.error("%s %s-%d: %s; continuing at offset %d", self.flow, self.source_topic,
                   self.partition, reason, offset)
         self._drop_queued()
         self.next_offset = self.fetch_position = offset
+        self.records_lost += lost
+        self.notice = (f"{reason}; continuing at offset {offset} "
+                       f"({self.records_lost} lost since start)")
 
     def fail(self, reason: str, *, logged: bool = False) -> None:
         """Stop this partition for good (until an operator intervenes), loudly (`logged`:

@@ -1,7 +1,8 @@
 """What a flow does when the source no longer has what it was about to copy.
 
-Records removed by retention before they were copied are reported with their count and
-offsets, and copying continues at the log start. A source whose log end fell below the
+Records removed by retention (or DeleteRecords) before they were copied are reported with
+their count and offsets -- in the log, the partition's status and the `record-lost-count`
+metric -- and copying continues at the log start. A source whose log end fell below the
 next offset to copy was truncated or recreated: the partition stops loudly, because
 continuing would silently skip whatever is written there next.
 """
@@ -18,11 +19,13 @@ from mirrorline.replicator.pump import PartitionPump, PumpState
 
 async def out_of_range(consumer: AIOKafkaConsumer, pumps: Mapping[TopicPartition, PartitionPump],
                        offsets: Mapping[TopicPartition, int],
-                       progress: ProgressStore | None) -> None:
-    """Settle an OFFSET_OUT_OF_RANGE fetch answer for the partitions in `offsets`."""
+                       progress: ProgressStore | None) -> dict[TopicPartition, int]:
+    """Settle an OFFSET_OUT_OF_RANGE fetch answer for the partitions in `offsets`; returns
+    how many source records each partition lost (removed before they were copied)."""
     tps = [tp for tp in offsets if tp in pumps]
+    lost_by: dict[TopicPartition, int] = {}
     if not tps:
-        return
+        return lost_by
     begin = await consumer.beginning_offsets(tps)
     end = await consumer.end_offsets(tps)
     for tp in tps:
@@ -31,12 +34,15 @@ async def out_of_range(consumer: AIOKafkaConsumer, pumps: Mapping[TopicPartition
             lost = begin[tp] - fetch_offset
             pump.skip_to(begin[tp], f"{lost} records (offsets {fetch_offset}.."
                                     f"{begin[tp] - 1}) were removed from the source by "
-                                    "retention before they could be copied")
+                                    "retention or DeleteRecords before they could be "
+                                    "copied", lost)
+            lost_by[tp] = lost
             consumer.seek(tp, begin[tp])
             if progress is not None:
                 progress.save(tp.topic, tp.partition, begin[tp])
         else:
             truncated(consumer, tp, pump, end[tp])
+    return lost_by
 
 
 def truncated(consumer: AIOKafkaConsumer | None, tp: TopicPartition, pump: PartitionPump,

@@ -76,8 +76,11 @@ class FlowTraffic:
             batches = await consumer.getmany(timeout_ms=timeout_ms)
             self._fetch_attempt = 0
         except OffsetOutOfRangeError as exc:
-            await out_of_range(consumer, self._pumps, exc.args[0] if exc.args else {},
-                               self.progress)
+            lost = await out_of_range(consumer, self._pumps,
+                                      exc.args[0] if exc.args else {}, self.progress)
+            for tp, count in lost.items():
+                if tp in self._pump_metrics:
+                    self._metrics.lost(self._pump_metrics[tp], count)
             return
         except KafkaError as exc:
             delay = self._backoff.delay(self._fetch_attempt)

@@ -45,6 +45,7 @@ from mirrorline.core.backoff import Backoff
 from mirrorline.core.offset_syncs import OffsetSyncPlanner
 from mirrorline.core.progress import encode_offset, progress_topic, source_offset_key
 from mirrorline.kafka.bookkeeping import _append_run
+from mirrorline.kafka.metadata import require_partition
 from mirrorline.kafka.progress import read_progress
 from mirrorline.replicator.delivery import DeliveryLoop, Fetch, OnAck
 from mirrorline.replicator.pump import PartitionPump, oversized
@@ -173,6 +174,11 @@ class TransactionalDelivery(DeliveryLoop):
             refusal = oversized(batch, producer)
             if refusal is not None:  # stops that partition; the round goes on without it
                 pump.failed(refusal, now)
+                continue
+            try:  # a remote topic grown since the producer last looked
+                await require_partition(producer, pump.target_topic, pump.partition)
+            except Exception as exc:  # retried with backoff; the round goes on without it
+                pump.failed(exc, now)
                 continue
             batches.append((pump, batch))
         pumps = [pump for pump, _ in batches]

@@ -130,6 +130,9 @@ class WorkerAgent:
         self._refused: dict[str, Definition] = {}
         #: Why the last round of following the log failed; None when it did not.
         self.follow_error: str | None = None
+        #: Per flow, the source topics its partitions were let go for because they were
+        #: deleted: kept here, since a flow that owns nothing is stopped and started anew.
+        self._vanished: dict[str, set[str]] = {}
         self.acted_offset = -1
         self._changed = asyncio.Event()
         self._settled = asyncio.Event()
@@ -236,7 +239,9 @@ class WorkerAgent:
                     settings = flow_settings(self.deployment, definition)
                     driver = FlowDriver(FlowReplicator(settings, worker_id=self.worker_id,
                                                        metrics=self._metrics,
-                                                       tracer=self._tracer, discover=False),
+                                                       tracer=self._tracer, discover=False,
+                                                       vanished=self._vanished.setdefault(
+                                                           name, set())),
                                         desired, self._settled.set)
                 except Exception as exc:  # any failure is this flow's, never the worker's
                     broken[name] = one_line(exc)

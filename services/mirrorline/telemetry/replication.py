@@ -2,8 +2,9 @@
 
 Names and tags follow MM2 (`record-count`, `byte-rate`, `record-age-ms-max`, ... tagged
 `source`, `target`, `topic` = remote topic, `partition`) so an MM2 dashboard maps onto
-Mirrorline one to one; `record-lag` (records behind the source's high watermark) is
-Mirrorline's addition. Values are folded in once per batch, not per record.
+Mirrorline one to one; `record-lag` (records behind the source's high watermark) and
+`record-lost-count` (source records removed before they could be copied) are
+Mirrorline's additions. Values are folded in once per batch, not per record.
 """
 
 from __future__ import annotations
@@ -44,6 +45,9 @@ class ReplicationMetrics:
             "record-count", description="Records acknowledged by the target")
         self._byte_count = meter.create_counter(
             "byte-count", description="Value bytes fetched for replication")
+        self._lost_count = meter.create_counter(
+            "record-lost-count", description="Source records removed (retention, "
+            "DeleteRecords) before they could be copied: a gap on the target")
         gauges: list[tuple[str, str, Callable[[PartitionMetrics, float], float | None]]] = [
             ("record-rate", "records/s acknowledged (2 x 30 s window)",
              lambda m, now: m.records.rate(now, of_count=True)),
@@ -87,6 +91,11 @@ class ReplicationMetrics:
 
     def forget(self, source: str, target: str, remote_topic: str, partition: int) -> None:
         self._partitions.pop((source, target, remote_topic, partition), None)
+
+    def lost(self, m: PartitionMetrics, count: int) -> None:
+        """Source records the partition skipped because the source no longer had them."""
+        if count > 0:
+            self._lost_count.add(count, m.attributes)
 
     def fetched(self, m: PartitionMetrics, records: Sequence[Record]) -> None:
         """At fetch time: record age and value bytes (MM2 measures both at poll)."""

@@ -1,0 +1,185 @@
+"""Exactly-once mode (KIP-618 transactions) on Apache Kafka, with real replicator processes.
+
+The flow asks for `exactly.once.support = required`, so every round of copies, with its
+progress, is one transaction on the target. A `read_committed` consumer of the remote
+topic must see every source record exactly once, in order, whatever SIGKILLs hit the
+replicator mid-round, and never a record of a round the next replicator aborted. A
+transactional source with aborted transactions, read `read_committed`, must reach the
+target without a single aborted record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from pathlib import Path
+
+import pytest
+from aiokafka import AIOKafkaProducer
+from helpers import Consumed, wait_for
+from kafka_checks import read_all, ready_topic
+from procs import mm2_config, replicator
+
+from mirrorline.dev.kafka import LocalKafkaCluster
+from mirrorline.kafka.watermarks import high_watermarks, totals
+
+pytestmark = [pytest.mark.integration, pytest.mark.kafka_only]
+
+PARTITIONS = 2
+BURST = 4000  # records per partition per round
+
+
+def numbered(n: int) -> tuple[bytes, bytes, list[tuple[str, bytes]]]:
+    return str(n).encode(), str(n).encode().rjust(80, b"."), [("n", str(n).encode())]
+
+
+async def burst(bootstrap: str, topic: str, start: int, per_partition: int) -> int:
+    """Produce `per_partition` numbered records to every partition in small batches."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, max_batch_size=2048)
+    await producer.start()
+    try:
+        n, futures = start, []
+        for p in range(PARTITIONS):
+            for _ in range(per_partition):
+                key, value, headers = numbered(n)
+                futures.append(await producer.send(topic, value, key=key, headers=headers,
+                                                   partition=p))
+                n += 1
+        await asyncio.gather(*futures)
+        return n
+    finally:
+        await producer.stop()
+
+
+async def end_total(cluster: LocalKafkaCluster, topic: str) -> int:
+    return totals(await high_watermarks({"bootstrap_servers": cluster.bootstrap}, [topic])
+                  ).get(topic, 0)
+
+
+async def committed_total(cluster: LocalKafkaCluster, topic: str) -> int:
+    return sum(len(rs) for rs in (await read_all(cluster.bootstrap, topic)).values())
+
+
+def shape(records: list[Consumed]) -> list[tuple[object, ...]]:
+    return [(r.key, r.value, tuple(r.headers), r.timestamp) for r in records]
+
+
+def eos_config(primary: LocalKafkaCluster, backup: LocalKafkaCluster, topic: str,
+               unique: str, **extra: str) -> str:
+    return mm2_config({"primary": primary, "backup": backup}, {"primary->backup": {
+        "topics": topic, "refresh.topics.interval.seconds": "2",
+        "exactly.once.support": "required", **extra}},
+        mirrorline_deployment=unique)
+
+
+async def test_read_committed_sees_each_record_once_through_repeated_sigkills(
+        primary: LocalKafkaCluster, backup: LocalKafkaCluster, unique: str,
+        tmp_path: Path) -> None:
+    topic, remote = f"{unique}-eos", f"primary.{unique}-eos"
+    await ready_topic(primary.bootstrap, topic, PARTITIONS)
+    # Small fetches spread each burst's copy over many rounds, so a kill lands mid-round.
+    config = eos_config(primary, backup, topic, unique) + \
+        "primary.consumer.max.partition.fetch.bytes = 4096\n"
+    produced = 0
+    for round_ in range(3):
+        before = await committed_total(backup, remote) if round_ else 0
+        async with replicator(config, tmp_path, name=f"r{round_}") as proc:
+            producing = asyncio.create_task(burst(primary.bootstrap, topic, produced, BURST))
+
+            async def copying(before: int = before) -> bool:
+                return await end_total(backup, remote) > before + 1500
+            await wait_for(copying, 60, f"{remote} did not grow", interval=0.05)
+            await proc.signal(signal.SIGKILL)
+            assert await proc.wait() == -signal.SIGKILL
+            produced = await producing
+    async with replicator(config, tmp_path, name="last") as proc:
+        async def complete() -> bool:
+            return await committed_total(backup, remote) >= produced
+        await wait_for(complete, 120, f"{remote} never held {produced} committed records",
+                       interval=0.5)
+        log = proc.log_path.read_text()
+    source = await read_all(primary.bootstrap, topic, isolation="read_uncommitted")
+    target = await read_all(backup.bootstrap, remote)
+    everything = await read_all(backup.bootstrap, remote, isolation="read_uncommitted")
+    for p in range(PARTITIONS):
+        want, got = shape(source[p]), shape(target[p])
+        assert got == want, (f"partition {p}: {len(got)} committed records on the target for "
+                             f"{len(want)} on the source "
+                             f"({len(got) - len(set(got))} duplicates)")
+        # Transactions really ran: commit markers sit between the rounds' records.
+        offsets = [r.offset for r in target[p]]
+        assert offsets[-1] + 1 > len(offsets), f"partition {p}: no transaction markers"
+    # Whatever a killed round had written stays in the log: the next replicator's
+    # InitProducerId (same transactional id) aborts it, and read_committed skips it.
+    uncommitted = sum(len(rs) for rs in everything.values())
+    assert uncommitted > produced, (
+        "no kill left an aborted round on the target: the isolation was not tested")
+    assert "Traceback" not in log
+
+
+async def transactions(bootstrap: str, topic: str, tid: str, start: int, count: int
+                       ) -> tuple[int, list[bytes]]:
+    """`count` transactions of 20 records per partition; every third one aborted. Returns the
+    next number and the values of the aborted records."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=tid,
+                                enable_idempotence=True, linger_ms=2)
+    await producer.start()
+    aborted: list[bytes] = []
+    n = start
+    try:
+        for t in range(count):
+            abort = t % 3 == 1
+            await producer.begin_transaction()
+            futures = []
+            for p in range(PARTITIONS):
+                for _ in range(20):
+                    value = f"{'aborted' if abort else 'committed'}-{n}".encode()
+                    if abort:
+                        aborted.append(value)
+                    futures.append(await producer.send(topic, value, key=str(n).encode(),
+                                                       partition=p))
+                    n += 1
+            await asyncio.gather(*futures)
+            if abort:
+                await producer.abort_transaction()
+            else:
+                await producer.commit_transaction()
+        return n, aborted
+    finally:
+        await producer.stop()
+
+
+async def test_a_transactional_source_with_aborted_transactions_reaches_the_target_committed(
+        primary: LocalKafkaCluster, backup: LocalKafkaCluster, unique: str,
+        tmp_path: Path) -> None:
+    topic, remote = f"{unique}-txsrc", f"primary.{unique}-txsrc"
+    await ready_topic(primary.bootstrap, topic, PARTITIONS)
+    config = eos_config(primary, backup, topic, unique) + \
+        "primary.consumer.isolation.level = read_committed\n"
+    n, aborted = await transactions(primary.bootstrap, topic, f"{unique}-src", 0, 30)
+    committed = await read_all(primary.bootstrap, topic)
+    async with replicator(config, tmp_path, name="first") as proc:
+        async def first_half() -> bool:
+            return await committed_total(backup, remote) >= sum(
+                len(rs) for rs in committed.values())
+        await wait_for(first_half, 60, f"{remote} never caught up", interval=0.3)
+        await proc.signal(signal.SIGKILL)
+        await proc.wait()
+    # The resume point lies behind an aborted transaction and its markers: more of the
+    # same, copied by a restarted replicator.
+    n, more = await transactions(primary.bootstrap, topic, f"{unique}-src", n, 30)
+    aborted += more
+    source = await read_all(primary.bootstrap, topic)
+    expected = sum(len(rs) for rs in source.values())
+    async with replicator(config, tmp_path, name="second"):
+        async def complete() -> bool:
+            return await committed_total(backup, remote) >= expected
+        await wait_for(complete, 60, f"{remote} never held {expected} records", interval=0.3)
+    target = await read_all(backup.bootstrap, remote)
+    everything = await read_all(backup.bootstrap, remote, isolation="read_uncommitted")
+    leaked = {r.value for rs in everything.values() for r in rs} & set(aborted)
+    assert not leaked, f"{len(leaked)} aborted source records reached the target"
+    for p in range(PARTITIONS):
+        want = [(r.key, r.value) for r in source[p]]
+        assert [(r.key, r.value) for r in target[p]] == want, f"partition {p} differs"
+        assert all(v.startswith(b"committed-") for v in (r.value for r in target[p]))
