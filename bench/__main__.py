@@ -5,6 +5,10 @@ source topic is seeded (confluent-kafka, outside the timing), a fresh target top
 and the contender times itself from its start until the target's high watermarks add up to
 N. The output is checked (per-partition counts, leading records), the topics dropped, and
 one table at the end gives records/s, MB/s and every contender's ratio to every other.
+The brokers are Apache Kafka when it is installed (`--broker kafka`, the default then), else
+Tansu; MirrorMaker 2 (`mm2`) runs on Apache Kafka only. For the contenders that are
+processes of their own (mirrorline, mm2) a second table gives CPU seconds per million
+records copied and peak resident memory.
 """
 
 from __future__ import annotations
@@ -18,8 +22,9 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from bench import audit, kcat, mirrorline_replicator, raw_aiokafka, spark_executor
+from bench import audit, kcat, mirrorline_replicator, mm2, raw_aiokafka, spark_executor
 from bench.common import (
     BenchEnv,
     Contender,
@@ -30,6 +35,7 @@ from bench.common import (
     seed,
     verify_mirror,
 )
+from mirrorline.dev import kafka
 from mirrorline.dev.brokers import LocalBroker, start_broker, stop_broker_async
 
 #: The contenders, in table order; the first one is the baseline the others are read against.
@@ -37,6 +43,7 @@ from mirrorline.dev.brokers import LocalBroker, start_broker, stop_broker_async
 CONTENDERS: list[tuple[str, Contender]] = [
     ("raw_aiokafka", raw_aiokafka.run),
     ("mirrorline", mirrorline_replicator.run),
+    ("mm2", mm2.run),
     ("kcat", kcat.run),
     ("spark_local2", spark_executor.make("local[2]")),
     ("spark_local1", spark_executor.make("local[1]")),
@@ -46,6 +53,8 @@ SOURCE, TARGET = "source", "target"
 
 #: Start-up seconds of each contender's runs in the current scenario.
 startups: dict[str, list[float]] = {}
+#: (CPU seconds, peak RSS bytes) of each contender's runs in the current scenario.
+costs: dict[str, list[tuple[float, int]]] = {}
 
 
 @dataclass(frozen=True)
@@ -65,6 +74,8 @@ class Result:
     contender: str
     seconds: float  # median over runs
     startup: float | None = None  # median seconds from launch to the first record
+    cpu_seconds: float | None = None  # median CPU seconds of the contender's processes
+    peak_rss: int | None = None  # largest peak resident memory over the runs, bytes
 
     @property
     def records_per_s(self) -> float:
@@ -81,6 +92,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--size", type=int, help="value size in bytes of the custom scenario")
     parser.add_argument("--quick", action="store_true", help="50,000 records per scenario")
     parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--broker", choices=("kafka", "tansu"),
+                        default="kafka" if kafka.available() else "tansu",
+                        help="the brokers: Apache Kafka (the default when installed) or Tansu")
     parser.add_argument("--runs", type=int, default=1, help="runs per contender (median kept)")
     parser.add_argument("--only", action="append", metavar="NAME",
                         help="run only these contenders (repeatable)")
@@ -104,6 +118,7 @@ def scenarios_for(args: argparse.Namespace) -> list[Scenario]:
 async def run_once(
     name: str, contender: Contender, scenario: Scenario, payloads: list[tuple[bytes, bytes]],
     source: LocalBroker, target: LocalBroker, partitions: int, workdir: Path,
+    broker_kind: str,
 ) -> float:
     topic = f"bench-{name.replace('_', '-')}-{secrets.token_hex(3)}"
     await asyncio.gather(create_topics(source.bootstrap, [topic], partitions),
@@ -118,6 +133,7 @@ async def run_once(
             source_bootstrap=source.bootstrap, target_bootstrap=target.bootstrap,
             source_topic=topic, target_topic=topic, partitions=partitions,
             records=scenario.records, record_size=scenario.size, workdir=run_dir,
+            broker_kind=broker_kind,
         )
         seconds = await contender(env)
         problem = await verify_mirror(env)
@@ -127,6 +143,7 @@ async def run_once(
         print(f"  {name}: {seconds:.2f}s, {scenario.records / seconds:,.0f} records/s{start}",
               flush=True)
         startups.setdefault(name, []).extend(env.startup[-1:])
+        costs.setdefault(name, []).extend(env.costs[-1:])
         if name == "mirrorline":
             per_core, per_wall = await audit.run(env)
             AUDIT_RATES.setdefault(scenario, []).append(per_core)
@@ -143,12 +160,12 @@ async def run_once(
 async def bench(args: argparse.Namespace) -> list[Result]:
     contenders = [(n, c) for n, c in CONTENDERS if not args.only or n in args.only]
     workdir = Path(tempfile.mkdtemp(prefix="mirrorline-bench-"))
-    brokers = await asyncio.gather(
-        start_broker(SOURCE, log_dir=workdir / "logs"),
-        start_broker(TARGET, log_dir=workdir / "logs"),
+    brokers: list[object] = await asyncio.gather(
+        *(start_kafka_or_tansu(args.broker, alias, workdir) for alias in (SOURCE, TARGET)),
         return_exceptions=True,
     )
-    started = [b for b in brokers if isinstance(b, LocalBroker)]
+    print(f"brokers: {args.broker}", flush=True)
+    started: list[Any] = [b for b in brokers if not isinstance(b, BaseException)]
     results: list[Result] = []
     unavailable: set[str] = set()
     try:
@@ -169,19 +186,36 @@ async def bench(args: argparse.Namespace) -> list[Result]:
                     try:
                         times[name].append(await run_once(name, contender, scenario, payloads,
                                                           source, target, args.partitions,
-                                                          workdir))
+                                                          workdir, args.broker))
                     except ContenderUnavailable as exc:
                         print(f"  SKIP {name}: {exc}", flush=True)
                         unavailable.add(name)
             results.extend(Result(scenario, name, statistics.median(runs),
                                   statistics.median(startups[name]) if startups.get(name)
-                                  else None)
+                                  else None,
+                                  statistics.median(c for c, _ in costs[name])
+                                  if costs.get(name) else None,
+                                  max(r for _, r in costs[name]) if costs.get(name) else None)
                            for name, runs in times.items() if runs)
             startups.clear()
+            costs.clear()
     finally:
-        await asyncio.gather(*(stop_broker_async(b.pid) for b in started))
+        await asyncio.gather(*(stop_any(b) for b in started))
         await asyncio.to_thread(shutil.rmtree, workdir, True)
     return results
+
+
+async def start_kafka_or_tansu(kind: str, alias: str, workdir: Path) -> Any:
+    if kind == "kafka":
+        return await kafka.start_kafka(alias, directory=workdir / "kafka" / alias)
+    return await start_broker(alias, log_dir=workdir / "logs")
+
+
+async def stop_any(broker: Any) -> None:
+    if isinstance(broker, kafka.LocalKafkaCluster):
+        await kafka.stop_kafka(broker, timeout=5.0)
+    else:
+        await stop_broker_async(broker.pid)
 
 
 #: Audit verification rates (records per CPU second) per scenario, from the mirrorline runs.
@@ -222,6 +256,14 @@ def print_table(results: list[Result]) -> None:
         print("start-up, from launch to the first record on the target (not timed above):")
         for r in startups:
             print(f"  {r.scenario.label}  {r.contender}: {r.startup:.1f}s")
+    priced = [r for r in results if r.cpu_seconds is not None and r.peak_rss is not None]
+    if priced:
+        print("cost, the contender's own processes (CPU over the timed window, peak RSS):")
+        for r in priced:
+            assert r.cpu_seconds is not None and r.peak_rss is not None
+            per_million = r.cpu_seconds / r.scenario.records * 1e6
+            print(f"  {r.scenario.label}  {r.contender}: {per_million:.1f} CPU s per million "
+                  f"records, {r.peak_rss / 2**20:.0f} MiB peak RSS")
 
 
 def main(argv: list[str] | None = None) -> int:
