@@ -15,7 +15,8 @@ from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka import TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
 from helpers import Record, consume_all, create_topic, wait_for
 from procs import QUIET_SHARED_CLUSTERS
 
@@ -83,6 +84,19 @@ async def create_ready(bootstrap: str, topic: str, partitions: int) -> None:
             return described.get("error_code") == 0 and len(found) == partitions and all(
                 p.get("leader", -1) >= 0 and p.get("error_code") == 0 for p in found)
         await wait_for(led, 30, f"{topic} has no leader for every partition", interval=0.2)
+    finally:
+        await admin.close()
+
+
+async def trim(bootstrap: str, topic: str, partitions: int, before: int) -> None:
+    """Delete the records below `before` in every partition (as retention would), so that
+    a mirror's target offsets differ from the source's and a swapped or misread offset
+    shows."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.delete_records({TopicPartition(topic, p): RecordsToDelete(before)
+                                    for p in range(partitions)})
     finally:
         await admin.close()
 
