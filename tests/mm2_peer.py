@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import secrets
+import struct
 from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +23,53 @@ from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
 from helpers import Record, consume_all, create_topic, wait_for
 from procs import QUIET_SHARED_CLUSTERS
 
-from mirrorline.core.progress import decode_source_progress, progress_topic
-from mirrorline.core.wire import Checkpoint, OffsetSync
 from mirrorline.dev import mm2
+
+# MM2's record layouts, decoded here without Mirrorline's codecs, so a codec that drifted
+# from MM2's format cannot read its own mistakes back as right.
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A record of `<source>.checkpoints.internal`: key (group, topic, partition), value
+    version int16, upstream int64, downstream int64, metadata."""
+
+    group: str
+    topic: str
+    partition: int
+    upstream_offset: int
+    downstream_offset: int
+
+
+@dataclass(frozen=True)
+class OffsetSync:
+    """A record of `mm2-offset-syncs.*.internal`: key (topic, partition), value upstream
+    int64, downstream int64."""
+
+    topic: str
+    partition: int
+    upstream_offset: int
+    downstream_offset: int
+
+
+def _string(raw: bytes, at: int) -> tuple[str, int]:
+    (size,) = struct.unpack_from(">h", raw, at)
+    return raw[at + 2:at + 2 + size].decode(), at + 2 + size
+
+
+def decode_checkpoint(key: bytes, value: bytes) -> Checkpoint:
+    group, at = _string(key, 0)
+    topic, at = _string(key, at)
+    (partition,) = struct.unpack_from(">i", key, at)
+    _version, upstream, downstream = struct.unpack_from(">hqq", value, 0)
+    return Checkpoint(group, topic, partition, upstream, downstream)
+
+
+def decode_offset_sync(key: bytes, value: bytes) -> OffsetSync:
+    topic, at = _string(key, 0)
+    (partition,) = struct.unpack_from(">i", key, at)
+    upstream, downstream = struct.unpack_from(">qq", value, 0)
+    return OffsetSync(topic, partition, upstream, downstream)
 
 
 def numbered(topic: str, per_partition: int, start: int, partitions: int = 2
@@ -104,7 +151,7 @@ async def trim(bootstrap: str, topic: str, partitions: int, before: int) -> None
 async def checkpoints(backup: Any, source: str) -> list[Checkpoint]:
     """Every record of `<source>.checkpoints.internal`, in order per partition."""
     records = await consume_all(backup.bootstrap, f"{source}.checkpoints.internal")
-    return [Checkpoint.decode(r.key, r.value) for rs in records.values() for r in rs]
+    return [decode_checkpoint(r.key, r.value) for rs in records.values() for r in rs]
 
 
 def latest(found: list[Checkpoint], group: str) -> dict[tuple[str, int], Checkpoint]:
@@ -148,7 +195,7 @@ async def wait_checkpoints(backup: Any, source: str, group: str,
 async def offset_syncs(primary: Any, target: str) -> list[OffsetSync]:
     """Every offset sync of `mm2-offset-syncs.<target>.internal` (on the source), in order."""
     records = await consume_all(primary.bootstrap, f"mm2-offset-syncs.{target}.internal")
-    return [OffsetSync.decode(r.key, r.value) for rs in records.values() for r in rs]
+    return [decode_offset_sync(r.key, r.value) for rs in records.values() for r in rs]
 
 
 def sync_rule(syncs: list[OffsetSync], topic: str, partition: int, upstream: int) -> int:
@@ -163,13 +210,24 @@ def sync_rule(syncs: list[OffsetSync], topic: str, partition: int, upstream: int
 
 async def progress(backup: Any, source: str) -> dict[tuple[str, int], int]:
     """Next offset to copy per source partition, from `mm2-offsets.<source>.internal`."""
-    records = await consume_all(backup.bootstrap, progress_topic(source))
+    records = await consume_all(backup.bootstrap, f"mm2-offsets.{source}.internal")
     found: dict[tuple[str, int], int] = {}
     for rs in records.values():
         for r in rs:
-            decoded = decode_source_progress(r.key, r.value)
-            if decoded is not None and decoded.resume_offset is not None:
-                found[(decoded.topic, decoded.partition)] = decoded.resume_offset
+            connector, where = json.loads(r.key)
+            if connector == "MirrorSourceConnector" and where["cluster"] == source:
+                # The key as Connect's JSON converter writes it (Connect finds progress by
+                # its exact bytes): anything else is not progress MM2 can see.
+                if r.key != json.dumps([connector, {"cluster": where["cluster"],
+                                        "partition": where["partition"],
+                                        "topic": where["topic"]}],
+                                       separators=(",", ":")).encode():
+                    continue
+                offset = json.loads(r.value)["offset"] if r.value else None
+                if offset is None:
+                    found.pop((where["topic"], where["partition"]), None)
+                else:
+                    found[(where["topic"], where["partition"])] = offset + 1
     return found
 
 
