@@ -14,17 +14,26 @@ What running MM2 4.3.1 here showed (and the tests rely on):
   `mm2-status.<s>.internal`. The progress record of a partition has the key
   `["MirrorSourceConnector",{"cluster":"<s>","partition":P,"topic":"<topic>"}]` and the
   value `{"offset":N}`, N being the offset of the last record copied (it resumes at N+1).
-- Every internal topic MM2 creates asks for replication factor 3 (`replication.factor`,
-  `checkpoints.topic.replication.factor`, `heartbeats.topic.replication.factor`,
-  `offset-syncs.topic.replication.factor`, and the worker's `offset.storage`,
-  `config.storage`, `status.storage` factors); on a one-node cluster each must be 1, or the
-  connectors fail to create their topics (`SINGLE_NODE_SETTINGS`).
+- MM2's defaults ask for more replicas than a one-node cluster has (see the README's
+  "Defaults that differ from MM2"); the internal topics of one flow are created with
+  `replication.factor`, `checkpoints.topic.replication.factor`,
+  `heartbeats.topic.replication.factor`, `offset-syncs.topic.replication.factor` and the
+  worker's `offset.storage`, `config.storage`, `status.storage` factors, so on the
+  one-node clusters here every one of them is 1 (`SINGLE_NODE_SETTINGS`).
 - The log says "Kafka MirrorMaker started" once the herders run; the connectors start
   their tasks after that (a rebalance of each worker's group), so the first records reach
-  the target a few seconds later. Callers that need records flowing wait for them.
-- SIGTERM runs MM2's shutdown hook: tasks stop, their last source offsets are committed.
-  SIGKILL leaves the progress of the last `offset.flush.interval.ms` (60 s by default)
-  uncommitted: records copied since are on the target but not in `mm2-offsets`.
+  the target a few seconds later (about 30 s from launch on a loaded 2-core machine).
+  Callers that need records flowing wait for them.
+- SIGTERM runs MM2's shutdown hook: tasks stop, their last source offsets are committed,
+  and the JVM exits with status 143. SIGKILL leaves the progress of the last
+  `offset.flush.interval.ms` (60 s by default) uncommitted: records copied since are on
+  the target but not in `mm2-offsets`, and an MM2 restarted then would copy them again.
+- The heartbeat connector of flow `s->t` writes `heartbeats` on `t`, keyed (s, t).
+- MM2 4.3.1's `ReplicationPolicy.isInternalTopic` counts `__*`, `.*`, `mm2*.internal` and
+  checkpoint topics only (not other `*.internal` names), so its `MirrorClient.remoteTopics()`
+  lists Mirrorline's own `mirrorline-*.internal` topics as remote topics.
+- MM2 ignores the keys it does not know (Mirrorline's `mirrorline.*`, `canary.*`, ...), so
+  one file serves both.
 """
 
 from __future__ import annotations
@@ -38,7 +47,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from mirrorline.dev.brokers import BrokerError, _children, is_alive, log_tail, spawn, stop_broker
+from mirrorline.dev.brokers import BrokerError, _children, log_tail, spawn, stop_broker
 from mirrorline.dev.kafka import DEFAULT_JVM_OPTS, java_command, write_log_config
 
 #: MM2's dedicated-mode entry point.
@@ -159,7 +168,3 @@ async def stop_mm2(mm2: MirrorMaker2, *, kill: bool = False, timeout: float = 60
     _children.pop(mm2.pid, None)
     code = await asyncio.to_thread(mm2.proc.wait)
     return code
-
-
-def alive(mm2: MirrorMaker2) -> bool:
-    return is_alive(mm2.pid)
