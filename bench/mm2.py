@@ -7,8 +7,9 @@ defaults for everything that moves records (consumer, producer, one task per par
 up to `tasks.max`). Its checkpoints, heartbeats and topic-config/ACL sync are off, as
 the other contenders do none of that; its progress and offset syncs are written as
 always. Needs Apache Kafka brokers (`--broker kafka`): MM2's Connect runtime does not run
-on Tansu. The JVM's CPU time over the copying window and its peak resident memory are
-recorded for the cost table.
+on Tansu. The JVM runs with the options Kafka's `connect-mirror-maker.sh` gives it (heap
+256 MiB - 2 GiB, G1), not the quick-start options of the test brokers. The JVM's CPU time
+over the copying window and its peak resident memory are recorded for the cost table.
 """
 
 from __future__ import annotations
@@ -18,6 +19,12 @@ import time
 
 from bench.common import BenchEnv, ContenderUnavailable, ProcessCost
 from mirrorline.dev import kafka, mm2
+
+#: KAFKA_HEAP_OPTS of connect-mirror-maker.sh and KAFKA_JVM_PERFORMANCE_OPTS of
+#: kafka-run-class.sh, as an operator's MM2 runs.
+JVM_OPTS = ("-Xms256M", "-Xmx2G", "-server", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
+            "-XX:InitiatingHeapOccupancyPercent=35", "-XX:+ExplicitGCInvokesConcurrent",
+            "-Djava.awt.headless=true")
 
 
 def config(env: BenchEnv) -> str:
@@ -54,7 +61,8 @@ async def run(env: BenchEnv) -> float:
     path = env.workdir / "mm2.properties"
     await asyncio.to_thread(path.write_text, config(env))
     started = time.perf_counter()
-    process = await mm2.start_mm2(path, directory=env.workdir, clusters=[env.target_alias])
+    process = await mm2.start_mm2(path, directory=env.workdir, clusters=[env.target_alias],
+                                  jvm_opts=JVM_OPTS)
     waiter = asyncio.ensure_future(asyncio.to_thread(process.proc.wait))
     try:
         return await env.wait_mirrored(started, watch=[waiter], cost=ProcessCost([process.pid]))
