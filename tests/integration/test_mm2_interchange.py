@@ -33,6 +33,7 @@ from mm2_peer import (
 )
 from procs import checkpointer, deployment
 
+from mirrorline.client import translate_offsets
 from mirrorline.dev import mm2
 from mirrorline.v1 import admin_pb2, flows_pb2
 
@@ -98,6 +99,9 @@ async def test_from_mm2_to_mirrorline(primary: Any, backup: Any, unique: str, tm
     on_target = await consume_all(backup.bootstrap, remote)
     before = {p: [(r.offset, r.value) for r in rs] for p, rs in on_target.items()}
     mm2_checkpoints = latest(await checkpoints(backup, a), group)
+    # Mirrorline's client reads MM2's checkpoints as MM2's RemoteClusterUtils would.
+    assert await translate_offsets({"bootstrap.servers": backup.bootstrap}, a, group) == {
+        key: (c.downstream_offset, "") for key, c in mm2_checkpoints.items()}
     mm2_progress = await progress(backup, a)
     if stop == "sigterm":  # a clean stop commits where MM2 stood
         assert mm2_progress == {(topic, 0): 150, (topic, 1): 150}

@@ -19,7 +19,10 @@ What running MM2 4.3.1 here showed (and the tests rely on):
   `replication.factor`, `checkpoints.topic.replication.factor`,
   `heartbeats.topic.replication.factor`, `offset-syncs.topic.replication.factor` and the
   worker's `offset.storage`, `config.storage`, `status.storage` factors, so on the
-  one-node clusters here every one of them is 1 (`SINGLE_NODE_SETTINGS`).
+  one-node clusters here every one of them is 1 (`SINGLE_NODE_SETTINGS`). Without them
+  MM2 still logs "Kafka MirrorMaker started", but its worker cannot create
+  `mm2-offsets.<s>.internal` (3 replicas asked), the herder thread exits with an ERROR
+  and nothing is copied while the process runs on.
 - The log says "Kafka MirrorMaker started" once the herders run; the connectors start
   their tasks after that (a rebalance of each worker's group), so the first records reach
   the target a few seconds later (about 30 s from launch on a loaded 2-core machine).
