@@ -30,7 +30,8 @@ What running MM2 4.3.1 here showed (and the tests rely on):
 - SIGTERM runs MM2's shutdown hook: tasks stop, their last source offsets are committed,
   and the JVM exits with status 143. SIGKILL leaves the progress of the last
   `offset.flush.interval.ms` (60 s by default) uncommitted: records copied since are on
-  the target but not in `mm2-offsets`, and an MM2 restarted then would copy them again.
+  the target but not in `mm2-offsets`, and an MM2 restarted then copies them again
+  (observed: killed before its first flush, a restarted MM2 copied every record twice).
 - The heartbeat connector of flow `s->t` writes `heartbeats` on `t`, keyed (s, t).
 - MM2 4.3.1's `ReplicationPolicy.isInternalTopic` counts `__*`, `.*`, `mm2*.internal` and
   checkpoint topics only (not other `*.internal` names), so its `MirrorClient.remoteTopics()`
