@@ -5,10 +5,9 @@ source topic is seeded (confluent-kafka, outside the timing), a fresh target top
 and the contender times itself from its start until the target's high watermarks add up to
 N. The output is checked (per-partition counts, leading records), the topics dropped, and
 one table at the end gives records/s, MB/s and every contender's ratio to every other.
-The brokers are Apache Kafka when it is installed (`--broker kafka`, the default then), else
-Tansu; MirrorMaker 2 (`mm2`) runs on Apache Kafka only. For the contenders that are
-processes of their own (mirrorline, mm2) a second table gives CPU seconds per million
-records copied and peak resident memory.
+MirrorMaker 2 (`mm2`) runs on Apache Kafka brokers only (the default, not `--broker
+tansu`). For the contenders that are processes of their own (mirrorline, mm2) a second
+table gives CPU seconds per million records copied and peak resident memory.
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from bench import audit, kcat, mirrorline_replicator, mm2, raw_aiokafka, spark_executor
 from bench.common import (
@@ -35,8 +33,8 @@ from bench.common import (
     seed,
     verify_mirror,
 )
-from mirrorline.dev import kafka
-from mirrorline.dev.brokers import LocalBroker, start_broker, stop_broker_async
+from mirrorline.dev.brokers import LocalBroker
+from mirrorline.dev.local import describe, start_local, stop_local
 
 #: The contenders, in table order; the first one is the baseline the others are read against.
 #: Register new ones here as (name, async callable (BenchEnv) -> seconds).
@@ -92,9 +90,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--size", type=int, help="value size in bytes of the custom scenario")
     parser.add_argument("--quick", action="store_true", help="50,000 records per scenario")
     parser.add_argument("--partitions", type=int, default=4)
-    parser.add_argument("--broker", choices=("kafka", "tansu"),
-                        default="kafka" if kafka.available() else "tansu",
-                        help="the brokers: Apache Kafka (the default when installed) or Tansu")
+    parser.add_argument("--broker", choices=("kafka", "tansu"), default="kafka",
+                        help="the clusters' broker: Apache Kafka (default) or Tansu")
     parser.add_argument("--runs", type=int, default=1, help="runs per contender (median kept)")
     parser.add_argument("--only", action="append", metavar="NAME",
                         help="run only these contenders (repeatable)")
@@ -160,12 +157,13 @@ async def run_once(
 async def bench(args: argparse.Namespace) -> list[Result]:
     contenders = [(n, c) for n, c in CONTENDERS if not args.only or n in args.only]
     workdir = Path(tempfile.mkdtemp(prefix="mirrorline-bench-"))
-    brokers: list[object] = await asyncio.gather(
-        *(start_kafka_or_tansu(args.broker, alias, workdir) for alias in (SOURCE, TARGET)),
+    print(f"brokers: {describe(args.broker)}", flush=True)
+    brokers = await asyncio.gather(
+        start_local(args.broker, SOURCE, workdir),
+        start_local(args.broker, TARGET, workdir),
         return_exceptions=True,
     )
-    print(f"brokers: {args.broker}", flush=True)
-    started: list[Any] = [b for b in brokers if not isinstance(b, BaseException)]
+    started = [b for b in brokers if isinstance(b, LocalBroker)]
     results: list[Result] = []
     unavailable: set[str] = set()
     try:
@@ -200,22 +198,9 @@ async def bench(args: argparse.Namespace) -> list[Result]:
             startups.clear()
             costs.clear()
     finally:
-        await asyncio.gather(*(stop_any(b) for b in started))
+        await asyncio.gather(*(stop_local(b) for b in started))
         await asyncio.to_thread(shutil.rmtree, workdir, True)
     return results
-
-
-async def start_kafka_or_tansu(kind: str, alias: str, workdir: Path) -> Any:
-    if kind == "kafka":
-        return await kafka.start_kafka(alias, directory=workdir / "kafka" / alias)
-    return await start_broker(alias, log_dir=workdir / "logs")
-
-
-async def stop_any(broker: Any) -> None:
-    if isinstance(broker, kafka.LocalKafkaCluster):
-        await kafka.stop_kafka(broker, timeout=5.0)
-    else:
-        await stop_broker_async(broker.pid)
 
 
 #: Audit verification rates (records per CPU second) per scenario, from the mirrorline runs.

@@ -29,7 +29,8 @@ from pathlib import Path
 import grpc
 
 from bench.common import create_topics, make_payloads, seed
-from mirrorline.dev.brokers import LocalBroker, start_broker, stop_broker_async
+from mirrorline.dev.brokers import LocalBroker
+from mirrorline.dev.local import start_local, stop_local
 from mirrorline.kafka.watermarks import high_watermarks, totals
 from mirrorline.v1 import admin_pb2, admin_pb2_grpc, flows_pb2
 
@@ -191,8 +192,8 @@ async def measure_throughput(source: LocalBroker, target: LocalBroker, workdir: 
 
 async def main(args: argparse.Namespace) -> None:
     workdir = Path(tempfile.mkdtemp(prefix="mirrorline-bench-cp-"))
-    source = await start_broker("source", log_dir=workdir)
-    target = await start_broker("target", log_dir=workdir)
+    source = await start_local("kafka", "source", workdir)
+    target = await start_local("kafka", "target", workdir)
     try:
         creation = await measure_creation(source, target, workdir)
         print(f"flows create -> first replicated record: {creation:.2f} s", flush=True)
@@ -204,8 +205,8 @@ async def main(args: argparse.Namespace) -> None:
             print(f"{workers} worker(s), {PARTITIONS} partitions, {args.records:,} x 100 B: "
                   f"{rate:,.0f} records/s", flush=True)
     finally:
-        await stop_broker_async(source.pid)
-        await stop_broker_async(target.pid)
+        await stop_local(source)
+        await stop_local(target)
 
 
 if __name__ == "__main__":

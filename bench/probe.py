@@ -28,7 +28,7 @@ from pathlib import Path
 from mirrorline_spark.probe import EndProbe
 
 from bench.common import create_topics, delete_topics
-from mirrorline.dev.brokers import start_broker, stop_broker_async
+from mirrorline.dev.local import start_local, stop_local
 
 TRIGGER_S = 0.2
 
@@ -79,7 +79,7 @@ async def main() -> None:
                         help="records per partition before each flowing call")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-probe-") as tmp:
-        broker = await start_broker("primary", log_dir=Path(tmp))
+        broker = await start_local("kafka", "primary", Path(tmp))
         try:
             flowing, idle = f"probe-{secrets.token_hex(3)}", f"probe-idle-{secrets.token_hex(3)}"
             await create_topics(broker.bootstrap, [flowing], args.partitions)
@@ -93,7 +93,7 @@ async def main() -> None:
                 _report(case, times, missed)
             await delete_topics(broker.bootstrap, [flowing, idle])
         finally:
-            await stop_broker_async(broker.pid)
+            await stop_local(broker)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from bench.common import HighWatermarks, create_topics, make_payloads, seed
-from mirrorline.dev.brokers import LocalBroker, start_broker, stop_broker_async
+from mirrorline.dev.brokers import LocalBroker
+from mirrorline.dev.local import start_local, stop_local
 
 PARTITIONS = 4
 
@@ -102,8 +103,8 @@ async def one_run(source: LocalBroker, target: LocalBroker, workdir: Path, recor
 
 async def main(args: argparse.Namespace) -> None:
     workdir = Path(tempfile.mkdtemp(prefix="mirrorline-bench-resume-"))
-    source = await start_broker("source", log_dir=workdir)
-    target = await start_broker("target", log_dir=workdir)
+    source = await start_local("kafka", "source", workdir)
+    target = await start_local("kafka", "target", workdir)
     results: dict[bool, list[tuple[float, int]]] = {True: [], False: []}
     try:
         for _ in range(args.runs):
@@ -111,8 +112,8 @@ async def main(args: argparse.Namespace) -> None:
                 results[tail_match].append(
                     await one_run(source, target, workdir, args.records, tail_match))
     finally:
-        await stop_broker_async(source.pid)
-        await stop_broker_async(target.pid)
+        await stop_local(source)
+        await stop_local(target)
     for tail_match, runs in results.items():
         label = "tail matching on " if tail_match else "tail matching off"
         times = [t for t, _ in runs]

@@ -53,8 +53,10 @@ done
   echo "mirrorline-service service cert"
   for who in admin operator viewer; do echo "$who $who cert"; done
 } > tokens.txt
+# The secret a standalone Spark cluster (docker compose) shares with the executor's driver.
+[ -f spark.secret ] || openssl rand -hex 32 | tr -d '\n' > spark.secret
 chmod 644 ca.pem service.pem admin.pem operator.pem viewer.pem tokens.txt
 # Containers run as another user than the one who made the files: CERT_KEY_MODE=644 lets
 # them read the keys (docker compose on a developer's machine; Kubernetes uses fsGroup).
-chmod "${CERT_KEY_MODE:-600}" service.key admin.key operator.key viewer.key *.token
+chmod "${CERT_KEY_MODE:-600}" service.key admin.key operator.key viewer.key *.token spark.secret
 echo "certificates and tokens in $DIR"

@@ -12,32 +12,24 @@ end whatever happened (and at interpreter exit at the latest).
 from __future__ import annotations
 
 import asyncio
-import os
 import secrets
 from collections.abc import AsyncIterator, Mapping
 from types import MappingProxyType
 from typing import Any
 
 import pytest
+from helpers import BROKER_ENV, broker_kind, start_cluster, stop_cluster
 
 from mirrorline.dev import kafka
-from mirrorline.dev.brokers import start_broker, stop_broker_async
 
 CLUSTER_ALIASES = ("primary", "backup")
-BROKER_ENV = "MIRRORLINE_TEST_BROKER"
-BROKERS = ("kafka", "tansu")
-
-
-def broker_kind() -> str:
-    """The broker the suite runs on: `kafka` (the default) or `tansu`."""
-    kind = os.environ.get(BROKER_ENV, "kafka").strip().lower() or "kafka"
-    if kind not in BROKERS:
-        raise pytest.UsageError(f"{BROKER_ENV}={kind!r}: expected one of {', '.join(BROKERS)}")
-    return kind
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    kind = broker_kind()
+    try:
+        kind = broker_kind()
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from exc
     if kind == "kafka" and not kafka.available():
         try:
             kafka.require()
@@ -61,20 +53,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(pytest.mark.skip(reason=f"runs on {needed} brokers only"))
 
 
-async def start_cluster(alias: str, directory: Any, **options: Any) -> Any:
-    """One cluster of the suite's broker kind (Kafka options apply to Kafka only)."""
-    if broker_kind() == "kafka":
-        return await kafka.start_kafka(alias, directory=directory / alias, **options)
-    return await start_broker(alias, log_dir=directory)
-
-
-async def stop_cluster(cluster: Any) -> None:
-    if isinstance(cluster, kafka.LocalKafkaCluster):
-        await kafka.stop_kafka(cluster, timeout=2.0)
-    else:
-        await stop_broker_async(cluster.pid)
-
-
 @pytest.fixture(scope="session")
 async def clusters(
     tmp_path_factory: pytest.TempPathFactory,
@@ -82,7 +60,7 @@ async def clusters(
     """Alias -> running cluster (LocalKafkaCluster or LocalBroker) for `primary` and `backup`."""
     directory = tmp_path_factory.mktemp("brokers")
     results = await asyncio.gather(
-        *(start_cluster(alias, directory) for alias in CLUSTER_ALIASES),
+        *(start_cluster(alias, directory / alias) for alias in CLUSTER_ALIASES),
         return_exceptions=True,
     )
     started = [result for result in results if not isinstance(result, BaseException)]

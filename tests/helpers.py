@@ -1,28 +1,71 @@
-"""Small async helpers for tests against real (Tansu) brokers. Import as `from helpers import ...`.
+"""Small async helpers for tests against real brokers. Import as `from helpers import ...`.
 
 `tests/` has no `__init__.py`, so pytest puts this directory on `sys.path` when it loads
-`tests/conftest.py`. The helpers work around Tansu where it differs from Kafka without
-weakening what a test checks: `consume_all` decides where a partition ends from the high
-watermark in fetch responses, because Tansu's ListOffsets(latest) answers the last batch's
-base offset + 1 instead of the log end.
+`tests/conftest.py`. The suite's broker is Apache Kafka, or Tansu with
+`MIRRORLINE_TEST_BROKER=tansu` (`broker_kind()`); `start_cluster` starts one of that kind
+for a test that needs a cluster of its own. The helpers work on both without weakening
+what a test checks: `consume_all` decides where a partition ends from the high watermark
+in fetch responses, which is right on Kafka and needed on Tansu, whose ListOffsets(latest)
+answers the last batch's base offset + 1 instead of the log end.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeAlias
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from mirrorline.dev import kafka
+from mirrorline.dev.brokers import start_broker, stop_broker_async
 from mirrorline.kafka.metadata import partitions_by_topic
 
 Headers: TypeAlias = Sequence[tuple[str, bytes]]
 #: Explicit TypeAlias: aiokafka ships no type information, so mypy sees it as Any.
 Consumed: TypeAlias = ConsumerRecord[bytes, bytes]
+
+
+BROKER_ENV = "MIRRORLINE_TEST_BROKER"
+BROKERS = ("kafka", "tansu")
+
+#: A record timestamp for tests that set them, fixed for the session and an hour in the
+#: past: Apache Kafka deletes records older than its retention (7 days by default, judged by
+#: their timestamps) within seconds on a dev cluster, before a mirror could read them.
+PAST_MS = (int(time.time()) // 3600 - 1) * 3_600_000
+
+
+def broker_kind() -> str:
+    """The broker the suite runs on: `kafka` (the default) or `tansu`."""
+    kind = os.environ.get(BROKER_ENV, "kafka").strip().lower() or "kafka"
+    if kind not in BROKERS:
+        raise ValueError(f"{BROKER_ENV}={kind!r}: expected one of {', '.join(BROKERS)}")
+    return kind
+
+
+async def start_cluster(alias: str, directory: Path, *, port: int | None = None,
+                        **options: Any) -> Any:
+    """A cluster of the suite's broker kind: a one-node Kafka cluster kept in `directory`
+    (a fresh directory starts it empty; Kafka `options` apply to Kafka only), or a Tansu
+    broker in memory logging under `directory`. Returns a LocalKafkaCluster or LocalBroker."""
+    if broker_kind() == "kafka":
+        return await kafka.start_kafka(alias, directory=directory, port=port, **options)
+    await asyncio.to_thread(directory.mkdir, parents=True, exist_ok=True)
+    return await start_broker(alias, port=port, log_dir=directory)
+
+
+async def stop_cluster(cluster: Any) -> None:
+    """Stop a cluster from `start_cluster` at once (a broker going away, not a clean exit)."""
+    if isinstance(cluster, kafka.LocalKafkaCluster):
+        await kafka.stop_kafka(cluster, timeout=2.0)
+    else:
+        await stop_broker_async(cluster.pid)
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from opentelemetry.metrics import Meter
 from mirrorline.controlplane.announce import announce_forever
 from mirrorline.controlplane.join import open_control_log
 from mirrorline.controlplane.log import ControlLog
-from mirrorline.core.errors import ConfigError
+from mirrorline.core.errors import ConfigError, one_line
 from mirrorline.core.flowdefs import Definition, flow_settings
 from mirrorline.core.settings import FlowSettings, MirrorSettings
 from mirrorline.grpcserver import ServiceServer
@@ -100,6 +100,13 @@ class FlowService(Generic[R]):
         self._changed = asyncio.Event()
         #: Why the control log cannot be read (managed mode); None when it can.
         self.error: str | None = None
+        #: Flows of the control log this service cannot run: name -> (the definition
+        #: tried, why). Said once in the log; an RPC about such a flow answers with it.
+        self.rejected: dict[str, tuple[Definition, str]] = {}
+        #: Why following the control log stopped (health is NOT_SERVING); None while it runs.
+        self.follow_error: str | None = None
+        self._follow_task: asyncio.Task[None] | None = None
+        self._said_unhealthy: str | None = None
 
     # -- what a service says of itself ----------------------------------------------------
     def new_runner(self, flow: FlowSettings) -> R:
@@ -136,6 +143,10 @@ class FlowService(Generic[R]):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                 "flow: is required (e.g. 'primary->backup')")
         runner = self.runners.get(flow)
+        if runner is None and flow in self.rejected:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                                f"flow {flow} cannot be {self.verb} here: "
+                                f"{self.rejected[flow][1]}")
         if runner is None:
             known = ", ".join(sorted(self.runners)) or "none"
             await context.abort(grpc.StatusCode.NOT_FOUND,
@@ -173,7 +184,8 @@ class FlowService(Generic[R]):
                                          report=self._home_error)
         self._control = control
         control.listen(lambda *_: self._changed.set())
-        self._tasks.append(asyncio.create_task(self._follow(), name="follow control log"))
+        self._follow_task = asyncio.create_task(self._follow(), name="follow control log")
+        self._tasks.append(self._follow_task)
         self._tasks.append(asyncio.create_task(self._announce(address), name="announce"))
 
     def _home_error(self, reason: str | None) -> None:
@@ -203,28 +215,61 @@ class FlowService(Generic[R]):
 
     async def _follow(self) -> None:
         """Keep one runner per flow of the control log; a changed flow's runner is
-        replaced."""
+        replaced. A flow that cannot be applied -- whatever the reason -- is that flow's
+        error, said once; every other flow is still followed."""
         assert self._control is not None
         while True:
             self._changed.clear()
-            only = self._targets if self.follow_targets_only else None
-            wanted = {n: Definition(r.source, r.target, r.properties)
-                      for n, r in self._control.state.flows.items()
-                      if not only or r.target in only}
-            for name in list(self.runners):
-                if wanted.get(name) != self._definitions.get(name):
-                    runner = self.runners.pop(name)
-                    self._definitions.pop(name, None)
-                    await runner.stop()
-            for name, definition in wanted.items():
-                if name in self.runners:
-                    continue
-                try:
-                    self._add(name, definition, flow_settings(self.settings, definition))
-                except ConfigError as exc:
-                    self._log.error("flow %s cannot be %s here: %s", name, self.verb, exc)
+            try:
+                await self._follow_once(self._control)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # one round failed: say so, keep following
+                reason = one_line(exc)
+                if reason != self.follow_error:
+                    self._log.error("%s %s: following the control log failed: %s; "
+                                    "retrying", self.kind, self.instance_id, reason)
+                    self._log.debug("following the control log failed", exc_info=True)
+                self.follow_error = reason
+            else:
+                if self.follow_error is not None:
+                    self._log.info("%s %s: following the control log again", self.kind,
+                                   self.instance_id)
+                self.follow_error = None
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), FOLLOW_S)
+
+    async def _follow_once(self, control: ControlLog) -> None:
+        only = self._targets if self.follow_targets_only else None
+        wanted = {n: Definition(r.source, r.target, r.properties)
+                  for n, r in control.state.flows.items()
+                  if not only or r.target in only}
+        for name in list(self.runners):
+            if wanted.get(name) != self._definitions.get(name):
+                runner = self.runners.pop(name)
+                self._definitions.pop(name, None)
+                try:
+                    await runner.stop()
+                except Exception as exc:
+                    self._log.warning("flow %s: stopping its runner failed: %s", name,
+                                      one_line(exc))
+        for name in list(self.rejected):
+            if wanted.get(name) != self.rejected[name][0]:
+                del self.rejected[name]  # changed or gone: try it again
+        for name, definition in wanted.items():
+            if name in self.runners or name in self.rejected:
+                continue
+            try:
+                self._add(name, definition, flow_settings(self.settings, definition))
+            except Exception as exc:  # any failure is this flow's, never the follower's
+                self.runners.pop(name, None)
+                self._definitions.pop(name, None)
+                reason = one_line(exc)
+                self.rejected[name] = (definition, reason)
+                self._log.error("flow %s cannot be %s here: %s", name, self.verb, reason)
+                if not isinstance(exc, ConfigError):
+                    self._log.debug("flow %s: applying its definition failed", name,
+                                    exc_info=True)
 
     async def _announce(self, address: str) -> None:
         """Tell the leading controller where to forward the Admin RPCs this service
@@ -232,8 +277,31 @@ class FlowService(Generic[R]):
         assert self._control is not None
         await announce_forever(self._control, self.kind, self.instance_id, address)
 
+    def stopped_following(self) -> str | None:
+        """Why this managed service no longer follows the control log, or None."""
+        if self.follow_error is not None:
+            return f"following the control log failed: {self.follow_error}"
+        if self._control is not None and self._control.failed is not None:
+            return self._control.failed
+        task = self._follow_task
+        if task is not None and task.done() and not task.cancelled():
+            exc = task.exception()
+            return ("following the control log stopped"
+                    + (f": {one_line(exc)}" if exc is not None else ""))
+        return None
+
     async def _health(self) -> None:
         while True:
-            self.check_health()
-            await self._grpc.set_serving(self.serving())
+            try:
+                self.check_health()
+                stopped = self.stopped_following()
+                serving = self.serving() and stopped is None
+            except Exception as exc:
+                stopped, serving = f"checking health failed: {one_line(exc)}", False
+            if stopped != self._said_unhealthy:
+                if stopped is not None:
+                    self._log.error("%s %s: NOT_SERVING: %s", self.kind, self.instance_id,
+                                    stopped)
+                self._said_unhealthy = stopped
+            await self._grpc.set_serving(serving)
             await asyncio.sleep(HEALTH_S)

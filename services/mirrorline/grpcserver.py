@@ -26,6 +26,7 @@ from mirrorline import grpcsecure
 from mirrorline.core.errors import ConfigError
 from mirrorline.core.security import bind_problem, is_loopback
 from mirrorline.grpcauth import AuthInterceptor
+from mirrorline.ports import check_listenable, listen_failure
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +73,8 @@ class ServiceServer:
                         "TLS" if not security.settings.tls else "authentication")
         server = self._server = grpc.aio.server(
             interceptors=[AuthInterceptor(self.name, security.identities), *self._interceptors],
-            options=grpcsecure.CHANNEL_OPTIONS)
+            # No SO_REUSEPORT: a second server on a port in use must fail, not share it.
+            options=[*grpcsecure.CHANNEL_OPTIONS, ("grpc.so_reuseport", 0)])
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         for register, servicer in self._registrations:
             register(servicer, server)
@@ -80,11 +82,17 @@ class ServiceServer:
             [*self._service_names, reflection.SERVICE_NAME], server
         )
         address = f"{self._host}:{self._requested_port}"
+        await check_listenable(self._host, self._requested_port, "gRPC")
         credentials = security.server_credentials()
-        port: int = (server.add_secure_port(address, credentials) if credentials is not None
-                     else server.add_insecure_port(address))
+        try:
+            port: int = (server.add_secure_port(address, credentials)
+                         if credentials is not None else server.add_insecure_port(address))
+        except RuntimeError:  # taken between the check and now
+            raise listen_failure(self._host, self._requested_port, "gRPC",
+                                 "the address cannot be bound") from None
         if port == 0:
-            raise OSError(f"{self.name}: cannot bind gRPC port {self._host}:{self._requested_port}")
+            raise listen_failure(self._host, self._requested_port, "gRPC",
+                                 "the address cannot be bound")
         await server.start()
         self.port = port
         await self.set_serving(False)

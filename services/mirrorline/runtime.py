@@ -23,6 +23,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+from mirrorline import logsecrets
 from mirrorline.kafka.causes import quiet_aiokafka
 
 log = logging.getLogger(__name__)
@@ -41,11 +42,15 @@ class Service(Protocol):
 
 
 def configure_logging(service: str, level: str = "INFO") -> None:
+    """Log to stderr at `level`, through `mirrorline.logsecrets`' filter: no secret
+    reaches a log line, at DEBUG either (secrets of the properties file are registered
+    with it once the file is read)."""
     logging.basicConfig(
         level=level.upper(),
         stream=sys.stderr,
         format=f"%(asctime)s %(levelname)-7s {service} %(name)s: %(message)s",
     )
+    logsecrets.install()
     # aiokafka reports every failed connection attempt at ERROR; our probes already say
     # "cluster X unreachable" once, with the reason -- which they take from what aiokafka
     # logged (authentication failed, TLS handshake failed, connection refused).
@@ -114,11 +119,19 @@ async def stop_within(awaitable: Awaitable[object], budget: float, what: str) ->
             log.warning("%s failed: %r", what, task.exception())
         return True
     task.cancel()
+    # Whenever it ends, its outcome is read here: a cancelled `gather` ends with an error
+    # that asyncio would otherwise log, with a traceback, as never retrieved.
+    task.add_done_callback(_read_outcome)
     await asyncio.wait({task}, timeout=CANCEL_BUDGET_S)
     log.warning("%s took over %.1fs (a cluster does not answer); not waiting for it", what,
                 budget)
     _abandoned.append(what)
     return False
+
+
+def _read_outcome(task: asyncio.Future[object]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 #: Stops given up on (see `stop_within`): their clients are left unclosed at exit.

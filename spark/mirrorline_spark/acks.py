@@ -7,8 +7,11 @@ always runs beside the service, whatever the master), and the service feeds it t
 same bookkeeping as the replicator. The commit fails -- and so the micro-batch and the
 query -- when the service refuses it, e.g. because a partition's record was rejected.
 
-Frames: 4-byte big-endian length, then UTF-8 JSON. Request `{"batch": N, "acks": [...]}`,
-reply `{"ok": true}` or `{"error": "..."}`.
+Frames: 4-byte big-endian length, then UTF-8 JSON. Request `{"batch": N, "secret": S,
+"acks": [...]}`, reply `{"ok": true}` or `{"error": "..."}`. `S` is the random secret the
+executor gave the query it started (sink option `ackSecret`): the executor refuses a
+message without the running query's secret, or with acknowledgements of partitions that
+query does not copy, and records nothing of it.
 """
 
 from __future__ import annotations
@@ -66,13 +69,16 @@ def decode_length(header: bytes) -> int:
     return int(length)
 
 
-def send_acks(path: str, batch_id: int, acks: list[PartitionAcks],
-              timeout: float = 120.0) -> None:
+def send_acks(path: str, batch_id: int, acks: list[PartitionAcks], *,
+              secret: str | None = None, timeout: float = 120.0) -> None:
     """Hand one micro-batch's acknowledgements to the executor; raise if it refuses."""
+    doc: dict[str, Any] = {"batch": batch_id, "acks": [asdict(a) for a in acks]}
+    if secret is not None:
+        doc["secret"] = secret
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
         sock.connect(path)
-        sock.sendall(encode({"batch": batch_id, "acks": [asdict(a) for a in acks]}))
+        sock.sendall(encode(doc))
         header = _recv_exactly(sock, _LENGTH.size)
         reply = json.loads(_recv_exactly(sock, decode_length(header)))
     if not reply.get("ok"):

@@ -128,7 +128,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         acks = [a for m in messages if isinstance(m, AckMessage) for a in m.acks]
         if self.options.ack_socket:
-            send_acks(self.options.ack_socket, batchId, acks)
+            send_acks(self.options.ack_socket, batchId, acks, secret=self.options.ack_secret)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Nothing recorded: the micro-batch is copied again from recorded progress."""

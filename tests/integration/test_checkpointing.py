@@ -128,17 +128,22 @@ def assert_monotonic(checkpoints: list[Checkpoint]) -> None:
 
 
 async def wait_checkpoints(m: Mirror, group: str, want: Mapping[tuple[str, int], int],
-                           timeout: float = 30) -> dict[tuple[str, int], Checkpoint]:
+                           timeout: float = 30,
+                           downstream: Mapping[tuple[str, int], int] | None = None,
+                           ) -> dict[tuple[str, int], Checkpoint]:
     """Wait until the newest checkpoint of each remote partition records `want`
-    (upstream offsets)."""
+    (upstream offsets) and, when given, the `downstream` offsets."""
     found: dict[tuple[str, int], Checkpoint] = {}
+    down = downstream or {}
 
     async def there() -> bool:
         nonlocal found
         found = await m.latest(group)
-        return all(k in found and found[k].upstream_offset == u for k, u in want.items())
-    await wait_for(there, timeout, f"checkpoints of {group} never reached {dict(want)}",
-                   interval=0.5)
+        return all(k in found and found[k].upstream_offset == u
+                   and found[k].downstream_offset == down.get(k, found[k].downstream_offset)
+                   for k, u in want.items())
+    await wait_for(there, timeout, f"checkpoints of {group} never reached {dict(want)} "
+                   f"(downstream {dict(down)})", interval=0.5)
     return found
 
 
@@ -409,14 +414,17 @@ async def test_a_lagging_group_is_translated_exactly_even_after_a_rewind(
         n = 1250
         for fraction, compare in ((0.9, int.__gt__), (0.1, int.__lt__)):
             at = int(fraction * n)
+            exact = {p: await target_offset_of(m, topic, p, at) for p in range(4)}
             await commit_offsets(primary.bootstrap, group, {(topic, p): at for p in range(4)})
-            latest = await wait_checkpoints(m, group,
-                                            {(m.remote(topic), p): at for p in range(4)})
+            # Exact: the checkpoint comes to point at the very record the group would read
+            # next. (A checkpoint emitted before the replicator's offset map covers `at` is
+            # translated from the sparse offset syncs, as MM2's is, and the next one is exact.)
+            latest = await wait_checkpoints(
+                m, group, {(m.remote(topic), p): at for p in range(4)},
+                downstream={(m.remote(topic), p): exact[p] for p in range(4)})
             for p in range(4):
                 key = (m.remote(topic), p)
                 assert compare(latest[key].downstream_offset, initial[key].downstream_offset)
-                # Exact: the checkpoint points at the very record the group would read next.
-                assert latest[key].downstream_offset == await target_offset_of(m, topic, p, at)
             if fraction == 0.9:
                 assert_monotonic(await m.checkpoints())
                 initial = latest

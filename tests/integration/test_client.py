@@ -14,7 +14,7 @@ import time
 from collections.abc import AsyncIterator
 
 import pytest
-from helpers import Record, create_topic, produce
+from helpers import Record, create_topic, produce, start_cluster, stop_cluster
 
 from mirrorline.client import (
     MirrorClient,
@@ -28,7 +28,7 @@ from mirrorline.client import (
     upstream_clusters_sync,
 )
 from mirrorline.core.wire import Checkpoint, Heartbeat
-from mirrorline.dev.brokers import LocalBroker, start_broker, stop_broker_async
+from mirrorline.dev.brokers import LocalBroker
 
 pytestmark = pytest.mark.integration
 
@@ -36,21 +36,31 @@ pytestmark = pytest.mark.integration
 # Clusters of this module's own: its heartbeat topics (including `heartbeats` itself) would
 # otherwise be mirrored by every flow other tests run on the shared clusters.
 @pytest.fixture(scope="module")
-async def primary(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[LocalBroker]:
-    broker = await start_broker("client-primary", log_dir=tmp_path_factory.mktemp("client"))
+async def own_clusters(tmp_path_factory: pytest.TempPathFactory
+                       ) -> AsyncIterator[tuple[LocalBroker, LocalBroker]]:
+    directory = tmp_path_factory.mktemp("client")
+    results = await asyncio.gather(
+        *(start_cluster(f"client-{name}", directory / name) for name in ("primary", "backup")),
+        return_exceptions=True)
+    started = [r for r in results if not isinstance(r, BaseException)]
     try:
-        yield broker
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        yield started[0], started[1]
     finally:
-        await stop_broker_async(broker.pid)
+        await asyncio.gather(*(stop_cluster(c) for c in started))
 
 
 @pytest.fixture(scope="module")
-async def backup(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[LocalBroker]:
-    broker = await start_broker("client-backup", log_dir=tmp_path_factory.mktemp("client"))
-    try:
-        yield broker
-    finally:
-        await stop_broker_async(broker.pid)
+def primary(own_clusters: tuple[LocalBroker, LocalBroker]) -> LocalBroker:
+    return own_clusters[0]
+
+
+@pytest.fixture(scope="module")
+def backup(own_clusters: tuple[LocalBroker, LocalBroker]) -> LocalBroker:
+    return own_clusters[1]
+
 
 IDENTITY = "org.apache.kafka.connect.mirror.IdentityReplicationPolicy"
 

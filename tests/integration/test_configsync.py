@@ -1,11 +1,10 @@
-"""The config-sync service as a real process against the local brokers (Tansu).
+"""The config-sync service as a real process against the suite's shared clusters.
 
-Tansu lists only the configs set on a topic (each flagged as a default), has no
-CreatePartitions and only part of the ACL API. So these tests drive what it supports: a
-hand-set override on a remote topic that its source does not have is drift the sync
-deletes; partition growth and ACL sync report themselves unavailable on the target while
-config sync keeps working. The rest (SET of source overrides on Kafka, ACL copying and
-removal, partition growth) is unit-tested and runs on Apache Kafka with docker-compose.
+A hand-set override on a remote topic that its source does not have is drift the sync
+deletes; a remote topic with fewer partitions than its source is grown (Apache Kafka) or
+reported unavailable (Tansu has no CreatePartitions); ACL sync reports itself unavailable
+(the shared clusters run no authorizer; Tansu has only part of the ACL API) while config
+sync keeps working. Tansu lists only the configs set on a topic, each flagged as a default.
 """
 
 from __future__ import annotations
@@ -18,10 +17,10 @@ from pathlib import Path
 
 import grpc
 import pytest
-from helpers import create_topic, wait_for
+from helpers import broker_kind, create_topic, wait_for
 from procs import ServiceProcess, deployment, deployment_config, free_port, mm2_config
 
-from mirrorline.core.filters import ConfigOp
+from mirrorline.core.filters import ConfigOp, ConfigSource
 from mirrorline.dev.brokers import LocalBroker
 from mirrorline.kafka.admin import ClusterAdmin
 from mirrorline.kafka.syncadmin import alter_topic_configs
@@ -34,10 +33,12 @@ FAST = {"sync.topic.configs.interval.seconds": "1", "sync.topic.acls.interval.se
 
 
 async def overrides(broker: LocalBroker, topic: str) -> dict[str, str | None]:
-    """The configs set on `topic` (Tansu lists exactly those)."""
+    """The configs set on `topic` (Kafka: its dynamic topic configs; Tansu lists only
+    those, each flagged as a default)."""
     async with ClusterAdmin("check", {"bootstrap_servers": broker.bootstrap}) as admin:
         described = await admin.topic_configs([topic])
-    return {e.name: e.value for e in described.get(topic, [])}
+    return {e.name: e.value for e in described.get(topic, [])
+            if broker_kind() == "tansu" or e.source is ConfigSource.DYNAMIC_TOPIC_CONFIG}
 
 
 async def set_by_hand(broker: LocalBroker, topic: str, key: str, value: str) -> None:
@@ -91,15 +92,26 @@ async def test_sync_reverts_a_hand_set_override_and_reports_what_the_broker_lack
 
         plan = await plan_of(proc, flow)
         assert topic_of(plan, orders) is None  # nothing left to do
-        widened = topic_of(plan, wide)
-        assert widened is not None
-        p = widened.partitions
-        assert (p.source_partitions, p.target_partitions, p.action) == (3, 1, "none")
-        assert p.reason.startswith("unavailable on backup:") and "CreatePartitions" in p.reason
+        kafka = broker_kind() == "kafka"
+        if kafka:  # CreatePartitions grows the remote topic to its source's count
+            async def grown() -> bool:
+                return (await _topics(backup)).get(f"primary.{wide}") == 3
+            await wait_for(grown, 30, "the remote topic was not grown to 3 partitions")
+        else:
+            widened = topic_of(plan, wide)
+            assert widened is not None
+            p = widened.partitions
+            assert (p.source_partitions, p.target_partitions, p.action) == (3, 1, "none")
+            assert p.reason.startswith("unavailable on backup:")
+            assert "CreatePartitions" in p.reason
         vanished = topic_of(plan, gone)
         assert vanished is not None and "no longer exists" in vanished.problem
-        assert plan.unavailable["acls"].startswith("unavailable on backup:")
-        assert "DeleteAcls" in plan.unavailable["acls"]
+        # The shared clusters have no authorizer (Kafka) or only part of the ACL API (Tansu).
+        acls = plan.unavailable["acls"]
+        if kafka:
+            assert acls.startswith("unavailable on primary:") and "SECURITY_DISABLED" in acls
+        else:
+            assert acls.startswith("unavailable on backup:") and "DeleteAcls" in acls
         assert plan.error == ""
 
         history = await drift_pb2_grpc.ConfigSyncStub(proc.channel).GetDriftHistory(
@@ -112,7 +124,12 @@ async def test_sync_reverts_a_hand_set_override_and_reports_what_the_broker_lack
             drift_pb2.SyncStatusRequest(), timeout=10)
         (row,) = status.flows
         assert (row.flow, row.mode, row.started, row.error) == (flow, "apply", True, "")
-        assert row.unavailable["partitions"].startswith("unavailable on backup:")
+        if kafka:
+            assert "partitions" not in row.unavailable
+            assert any(subject.startswith(f"primary.{wide}") and ok
+                       for _who, _kind, subject, ok in changes), changes
+        else:
+            assert row.unavailable["partitions"].startswith("unavailable on backup:")
         assert row.rounds >= 1
         metrics = await proc.scrape()
         assert "configsync_drift_changes" in metrics

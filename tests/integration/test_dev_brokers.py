@@ -1,4 +1,5 @@
-"""Local brokers: `mirrorline dev brokers` end to end; brokers from `start_broker` serve data."""
+"""Local Tansu brokers: `mirrorline dev brokers` end to end (its default, pip-only broker),
+`start_broker`'s checks; the drill's produce/consume tools against the suite's clusters."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from helpers import Record, consume_all, create_topic, produce
+from helpers import PAST_MS, Record, consume_all, create_topic, produce
 
 from mirrorline.dev.brokers import (
     BrokerError,
@@ -118,9 +119,9 @@ async def test_start_broker_serves_records(primary: LocalBroker, unique: str) ->
     topic = f"{unique}-records"
     await create_topic(primary.bootstrap, topic, partitions=3)
     sent = [
-        Record(b"v0", key=b"k0", headers=[("h", b"1"), ("h", b"2")], timestamp_ms=1_700_000_000_000,
+        Record(b"v0", key=b"k0", headers=[("h", b"1"), ("h", b"2")], timestamp_ms=PAST_MS,
                partition=0),
-        Record(None, key=b"tombstone", timestamp_ms=1_700_000_000_001, partition=2),
+        Record(None, key=b"tombstone", timestamp_ms=PAST_MS + 1, partition=2),
         Record(b"v2", partition=2),
     ]
     await produce(primary.bootstrap, topic, sent)
@@ -128,21 +129,26 @@ async def test_start_broker_serves_records(primary: LocalBroker, unique: str) ->
     got = await consume_all(primary.bootstrap, topic, expected=3)
     assert [len(got[p]) for p in (0, 1, 2)] == [1, 0, 2]
     assert Record.of(got[0][0]) == Record(
-        b"v0", key=b"k0", headers=[("h", b"1"), ("h", b"2")], timestamp_ms=1_700_000_000_000,
+        b"v0", key=b"k0", headers=[("h", b"1"), ("h", b"2")], timestamp_ms=PAST_MS,
         partition=0,
     )
     tombstone, last = got[2]
     assert (tombstone.key, tombstone.value, tombstone.timestamp) == (
-        b"tombstone", None, 1_700_000_000_001)
+        b"tombstone", None, PAST_MS + 1)
     assert (last.key, last.value, last.offset) == (None, b"v2", 1)
 
 
-async def test_recognises_its_own_broker_process(primary: LocalBroker) -> None:
-    assert is_broker_process(primary.pid, "primary", primary.port)
-    assert is_broker_process(primary.pid, "primary")
-    assert not is_broker_process(primary.pid, "backup")
-    assert not is_broker_process(primary.pid, "primary", primary.port + 1)
-    assert not is_broker_process(os.getpid(), "primary")
+async def test_recognises_its_own_broker_process(tmp_path: Path) -> None:
+    """A Tansu broker of its own: the suite's clusters may be Apache Kafka."""
+    broker = await start_broker("solo", log_dir=tmp_path)
+    try:
+        assert is_broker_process(broker.pid, "solo", broker.port)
+        assert is_broker_process(broker.pid, "solo")
+        assert not is_broker_process(broker.pid, "backup")
+        assert not is_broker_process(broker.pid, "solo", broker.port + 1)
+        assert not is_broker_process(os.getpid(), "solo")
+    finally:
+        await stop_broker_async(broker.pid)
 
 
 async def test_start_broker_refuses_a_busy_port(primary: LocalBroker, tmp_path: Path) -> None:

@@ -17,10 +17,11 @@ import signal
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaProducer
-from helpers import consume_all, create_topic, wait_for
+from helpers import broker_kind, consume_all, create_topic, start_cluster, stop_cluster, wait_for
 from procs import (
     QUIET_SHARED_CLUSTERS,
     deployment,
@@ -31,6 +32,7 @@ from procs import (
 )
 
 from mirrorline.core.progress import encode_offset, progress_topic, source_offset_key
+from mirrorline.dev import kafka
 from mirrorline.dev.brokers import LocalBroker, start_broker, stop_broker_async
 from mirrorline.kafka.watermarks import high_watermarks, totals
 from mirrorline.v1 import admin_pb2, flows_pb2
@@ -336,47 +338,95 @@ async def s3_storage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIt
         await server.wait()
 
 
+class DurableTarget:
+    """A one-node target cluster that keeps its records across a stop: Apache Kafka (its
+    log on disk) or, on Tansu, a broker on `s3://` storage; restarted on the same port."""
+
+    def __init__(self, tmp_path: Path, storage: str | None) -> None:
+        self.tmp_path, self.storage, self.port = tmp_path, storage, free_port()
+        self.cluster: Any = None
+
+    async def start(self) -> Any:
+        if self.storage is None:
+            self.cluster = await start_cluster("durable", self.tmp_path / "durable",
+                                               port=self.port)
+        else:
+            self.cluster = await start_broker("durable", port=self.port, storage=self.storage,
+                                              log_dir=self.tmp_path)
+        return self.cluster
+
+    async def stop(self, *, kill: bool) -> None:
+        if isinstance(self.cluster, kafka.LocalKafkaCluster):
+            await kafka.stop_node(self.cluster, 1, kill=kill)
+        elif kill:
+            os.kill(self.cluster.pid, signal.SIGKILL)
+        else:
+            await stop_broker_async(self.cluster.pid)
+
+    async def restart(self) -> Any:
+        if isinstance(self.cluster, kafka.LocalKafkaCluster):
+            self.cluster = await kafka.restart_node(self.cluster, 1)
+        else:
+            self.cluster = await start_broker("durable", port=self.port, storage=self.storage,
+                                              log_dir=self.tmp_path / "again")
+        return self.cluster
+
+    async def close(self) -> None:
+        if self.cluster is not None:
+            await stop_cluster(self.cluster)
+
+
+@contextlib.asynccontextmanager
+async def durable_target(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                         ) -> AsyncIterator[DurableTarget]:
+    async with contextlib.AsyncExitStack() as stack:
+        storage = None
+        if broker_kind() == "tansu":
+            storage = await stack.enter_async_context(s3_storage(tmp_path, monkeypatch))
+        target = DurableTarget(tmp_path, storage)
+        await target.start()
+        try:
+            yield target
+        finally:
+            await target.close()
+
+
 async def test_a_target_outage_leaves_every_record_exactly_once_in_order(
         primary: LocalBroker, unique: str, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
     topic = f"{unique}-outage"
     remote = f"primary.{topic}"
     await create_topic(primary.bootstrap, topic, PARTITIONS)
-    async with s3_storage(tmp_path, monkeypatch) as storage:
-        port = free_port()
-        target = await start_broker("durable", port=port, storage=storage, log_dir=tmp_path)
-        try:
-            # The client gives up on a batch after 2 s: the replicator must then find out
-            # what reached the target before it sends anything again.
-            config = mm2_config({"primary": primary, "durable": target}, {"primary->durable": {
-                "topics": topic, "refresh.topics.interval.seconds": "2"}},
-                durable_producer_batch_size=str(BATCH_BYTES),
-                durable_producer_request_timeout_ms="2000")
-            produced = await burst(primary.bootstrap, topic, 0, BURST // 4)
-            async with replicator(config, tmp_path, name="outage") as proc:
-                await grows_past(target, remote, 2000)
-                # The broker stops mid-copy, batches in flight. (After `kill -9`, Tansu's s3
-                # storage can come back with acknowledged records missing, or claimed by
-                # the high watermark but never served: no mirror can verify such a target.)
-                await stop_broker_async(target.pid)
-                await burst(primary.bootstrap, topic, produced, BURST // 10)
+    async with durable_target(tmp_path, monkeypatch) as durable:
+        target = durable.cluster
+        # The client gives up on a batch after 2 s: the replicator must then find out
+        # what reached the target before it sends anything again.
+        config = mm2_config({"primary": primary, "durable": target}, {"primary->durable": {
+            "topics": topic, "refresh.topics.interval.seconds": "2"}},
+            durable_producer_batch_size=str(BATCH_BYTES),
+            durable_producer_request_timeout_ms="2000")
+        produced = await burst(primary.bootstrap, topic, 0, BURST // 4)
+        async with replicator(config, tmp_path, name="outage") as proc:
+            await grows_past(target, remote, 2000)
+            # The broker stops mid-copy, batches in flight. (After `kill -9`, Tansu's s3
+            # storage can come back with acknowledged records missing, or claimed by
+            # the high watermark but never served: no mirror can verify such a target.)
+            await durable.stop(kill=False)
+            await burst(primary.bootstrap, topic, produced, BURST // 10)
 
-                async def given_up() -> bool:
-                    status = await proc.replicator_status()
-                    return any("the target" in p.error for p in status.partitions)
-                await wait_for(given_up, 60, "no partition noticed the outage")
-                target = await start_broker("durable", port=port, storage=storage,
-                                            log_dir=tmp_path / "again")
-                # Tansu's s3 storage can come back claiming records (high watermark) that
-                # it cannot serve; the replicator then says it re-sends unchecked.
-                await wait_for(lambda: caught_up(primary, target, topic, remote), 120,
-                               "the target never caught up", interval=0.5)
-                log = proc.log_path.read_text()
-                await assert_exactly_once(primary, target, topic, remote, timeout=120,
-                                          reported_twice="may be on the target twice" in log)
-            assert "checking the target" in log
-        finally:
-            await stop_broker_async(target.pid)
+            async def given_up() -> bool:
+                status = await proc.replicator_status()
+                return any("the target" in p.error for p in status.partitions)
+            await wait_for(given_up, 60, "no partition noticed the outage")
+            target = await durable.restart()
+            # Tansu's s3 storage can come back claiming records (high watermark) that
+            # it cannot serve; the replicator then says it re-sends unchecked.
+            await wait_for(lambda: caught_up(primary, target, topic, remote), 120,
+                           "the target never caught up", interval=0.5)
+            log = proc.log_path.read_text()
+            await assert_exactly_once(primary, target, topic, remote, timeout=120,
+                                      reported_twice="may be on the target twice" in log)
+        assert "checking the target" in log
 
 
 async def test_a_fenced_worker_lets_go_only_when_nothing_it_sent_can_land_later(
@@ -386,48 +436,44 @@ async def test_a_fenced_worker_lets_go_only_when_nothing_it_sent_can_land_later(
     the client delivered minutes later, after another owner had taken over."""
     topic = f"{unique}-fenced"
     await create_topic(primary.bootstrap, topic, PARTITIONS)
-    async with s3_storage(tmp_path, monkeypatch) as storage:
-        port = free_port()
-        target = await start_broker("durable", port=port, storage=storage, log_dir=tmp_path)
+    async with durable_target(tmp_path, monkeypatch) as durable:
+        target = durable.cluster
         tag = secrets.token_hex(3)
         a, b = f"a{tag}", f"b{tag}"
         remote = f"{a}.{topic}"
         config = deployment_config({a: primary, b: target},  # home cluster: the source
                                    **{f"{b}_producer_batch_size": str(BATCH_BYTES)})
-        try:
-            async with deployment(config, tmp_path, lease_ms=2000) as d:
-                await d.controller("c1")
-                await d.worker("w1")
-                admin = d.admin(await d.leader())
-                await admin.CreateFlow(admin_pb2.CreateFlowRequest(
-                    spec=flow_spec(a, b, topic)))
-                produced = await burst(primary.bootstrap, topic, 0, BURST // 4)
-                await grows_past(target, remote, 2000)
-                # Killed, not stopped: the client keeps its batches in flight and retries
-                # them until they expire -- exactly what a fenced worker must cancel.
-                os.kill(target.pid, signal.SIGKILL)
-                # The controller stops answering: w1 fences itself and lets go; after the
-                # lease the partitions go to whoever heartbeats.
-                await d.controllers["c1"].signal(signal.SIGSTOP)
-                await d.worker("w2")
+        async with deployment(config, tmp_path, lease_ms=2000) as d:
+            await d.controller("c1")
+            await d.worker("w1")
+            admin = d.admin(await d.leader())
+            await admin.CreateFlow(admin_pb2.CreateFlowRequest(
+                spec=flow_spec(a, b, topic)))
+            produced = await burst(primary.bootstrap, topic, 0, BURST // 4)
+            await grows_past(target, remote, 2000)
+            # Killed, not stopped: the client keeps its batches in flight and retries
+            # them until they expire -- exactly what a fenced worker must cancel.
+            await durable.stop(kill=True)
+            # The controller stops answering: w1 fences itself and lets go; after the
+            # lease the partitions go to whoever heartbeats.
+            await d.controllers["c1"].signal(signal.SIGSTOP)
+            await d.worker("w2")
 
-                async def fenced() -> bool:
-                    return "stopping every partition" in d.workers["w1"].log_path.read_text()
-                await wait_for(fenced, 30, "w1 never fenced itself")
-                await d.controllers["c1"].signal(signal.SIGCONT)
-                await burst(primary.bootstrap, topic, produced, BURST // 10)
-                target = await start_broker("durable", port=port, storage=storage,
-                                            log_dir=tmp_path / "again")
-                await assert_exactly_once(primary, target, topic, remote, timeout=120)
-                log = d.workers["w1"].log_path.read_text()
-            assert "batches in flight: fenced" in log and "cancelling 0 " not in log
-        finally:
-            await stop_broker_async(target.pid)
+            async def fenced() -> bool:
+                return "stopping every partition" in d.workers["w1"].log_path.read_text()
+            await wait_for(fenced, 30, "w1 never fenced itself")
+            await d.controllers["c1"].signal(signal.SIGCONT)
+            await burst(primary.bootstrap, topic, produced, BURST // 10)
+            target = await durable.restart()
+            await assert_exactly_once(primary, target, topic, remote, timeout=120)
+            log = d.workers["w1"].log_path.read_text()
+        assert "batches in flight: fenced" in log and "cancelling 0 " not in log
 
 
+@pytest.mark.tansu_only
 async def test_required_exactly_once_on_a_target_without_usable_transactions_exits_2(
         primary: LocalBroker, backup: LocalBroker, unique: str, tmp_path: Path) -> None:
-    """The local test broker refuses aiokafka's InitProducerId: asking for transactions
+    """Tansu refuses aiokafka's InitProducerId: asking for transactions
     must stop the replicator with a configuration error naming the key, not copy
     at-least-once silently."""
     config = tmp_path / "mm2.properties"
@@ -444,9 +490,10 @@ async def test_required_exactly_once_on_a_target_without_usable_transactions_exi
     assert "InitProducerId" in text
 
 
+@pytest.mark.tansu_only
 async def test_requested_exactly_once_on_a_target_without_usable_transactions_copies_anyway(
         primary: LocalBroker, backup: LocalBroker, unique: str, tmp_path: Path) -> None:
-    """`requested` uses transactions only where they run: on the local test broker the
+    """`requested` uses transactions only where they run: on Tansu the
     probe fails, so the flow copies every record without them and says so, naming the key."""
     topic, remote = f"{unique}-eos-req", f"primary.{unique}-eos-req"
     await create_topic(primary.bootstrap, topic, PARTITIONS)

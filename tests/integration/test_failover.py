@@ -19,19 +19,23 @@ import grpc
 import pytest
 from aiokafka import AIOKafkaConsumer
 from helpers import (
+    PAST_MS,
     Record,
+    broker_kind,
     commit_offsets,
     committed_offsets,
     consume_all,
     consume_as_group,
     create_topic,
     produce,
+    start_cluster,
     steady,
+    stop_cluster,
     wait_for,
 )
 from procs import checkpointer, deployment, deployment_config, mm2_config, replicator
 
-from mirrorline.dev.brokers import LocalBroker, start_broker, stop_broker_async
+from mirrorline.dev.brokers import LocalBroker
 from mirrorline.v1 import admin_pb2, failover_pb2, failover_pb2_grpc, flows_pb2
 
 pytestmark = pytest.mark.integration
@@ -163,7 +167,7 @@ async def test_failover_to_a_time_starts_every_partition_at_its_first_record_at_
         primary: LocalBroker, backup: LocalBroker, unique: str, tmp_path: Path) -> None:
     topic, g1, g2 = f"{unique}-when", f"{unique}-audit", f"{unique}-report"
     a, b = aliases()
-    t0 = 1_790_000_000_000
+    t0 = PAST_MS
     cut = t0 + 10_500
     await create_topic(primary.bootstrap, topic, 3)
     records = (
@@ -191,9 +195,10 @@ async def test_failover_to_a_time_starts_every_partition_at_its_first_record_at_
         assert await committed_offsets(backup.bootstrap, group, expected) == expected
         assert {(c.target_topic, c.partition): c.offset for c in result.committed
                 if c.group == group} == expected
-    # The local broker's time index answers 0 for every time: the answer was checked and
-    # a search over the records used instead.
-    assert any("time index" in w for w in result.warnings)
+    # Apache Kafka's time index answers right, and is taken. Tansu's answers 0 for every
+    # time: the answer was checked and a search over the records used instead.
+    index_distrusted = any("time index" in w for w in result.warnings)
+    assert index_distrusted == (broker_kind() == "tansu"), list(result.warnings)
 
 
 async def test_failover_refuses_groups_active_on_the_target_naming_them(
@@ -236,7 +241,7 @@ async def test_with_the_source_gone_groups_fail_over_from_their_checkpoints(
         backup: LocalBroker, unique: str, tmp_path: Path) -> None:
     topic, group = f"{unique}-lost", f"{unique}-survivor"
     a, b = aliases()
-    doomed = await start_broker(a, log_dir=tmp_path)
+    doomed = await start_cluster(a, tmp_path / a)
     try:
         await create_topic(doomed.bootstrap, topic, 2)
         await produce(doomed.bootstrap, topic, numbered(topic, 2, 30))
@@ -252,7 +257,7 @@ async def test_with_the_source_gone_groups_fail_over_from_their_checkpoints(
                 return len(reply.partitions) == 2
             await wait_for(checkpointed, 30, "no translation", interval=0.5)
             await asyncio.sleep(2)  # a checkpoint round after the commit
-            await stop_broker_async(doomed.pid)
+            await stop_cluster(doomed)
 
             translated = await api(chk).TranslateOffsets(failover_pb2.TranslateOffsetsRequest(
                 flow=f"{a}->{b}", group=group), timeout=60)
@@ -275,7 +280,7 @@ async def test_with_the_source_gone_groups_fail_over_from_their_checkpoints(
         assert await committed_offsets(backup.bootstrap, group, remote) == {
             remote[0]: 12, remote[1]: 30}
     finally:
-        await stop_broker_async(doomed.pid)
+        await stop_cluster(doomed)
 
 
 async def cli(server: str, *args: str) -> tuple[int, str, str]:

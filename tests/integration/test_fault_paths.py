@@ -13,7 +13,15 @@ from pathlib import Path
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2
-from helpers import Record, consume_all, create_topic, produce, wait_for
+from helpers import (
+    Record,
+    consume_all,
+    create_topic,
+    produce,
+    start_cluster,
+    stop_cluster,
+    wait_for,
+)
 from procs import (
     Deployment,
     ServiceProcess,
@@ -24,7 +32,7 @@ from procs import (
     replicator,
 )
 
-from mirrorline.dev.brokers import LocalBroker, start_broker, stop_broker_async
+from mirrorline.dev.brokers import LocalBroker
 from mirrorline.v1 import admin_pb2
 
 pytestmark = pytest.mark.integration
@@ -48,7 +56,7 @@ async def test_a_home_cluster_restarted_empty_is_recognised_and_reseeded_without
     which is exactly "the control log went backwards". Health must say NOT_SERVING while
     it is down; afterwards one controller must lead a re-seeded log steadily."""
     port = free_port()
-    home = await start_broker("home", port=port, log_dir=tmp_path)
+    home = await start_cluster("home", tmp_path / "home", port=port)
     config = deployment_config({"primary": primary, "home": home},
                                {"primary->home": {"topics": f"{unique}-.*"}})
     try:
@@ -62,12 +70,12 @@ async def test_a_home_cluster_restarted_empty_is_recognised_and_reseeded_without
             k1 = await d.checkpointer("k1")  # checkpoints to the home cluster
             await k1.wait_serving()
 
-            await stop_broker_async(home.pid)
+            await stop_cluster(home)
 
             await wait_for(lambda: _all(NOT_SERVING, c1, c2, k1), 30,
                            "health stayed SERVING with the home cluster down")
 
-            home = await start_broker("home", port=port, log_dir=tmp_path)
+            home = await start_cluster("home", tmp_path / "home-again", port=port)
 
             async def recovered() -> bool:
                 logs = c1.log_tail(400) + c2.log_tail(400)
@@ -92,7 +100,7 @@ async def test_a_home_cluster_restarted_empty_is_recognised_and_reseeded_without
             logs = c1.log_tail(400) + c2.log_tail(400)
             assert "Traceback" not in logs
     finally:
-        await stop_broker_async(home.pid)
+        await stop_cluster(home)
 
 
 async def _all(status: int, *procs: ServiceProcess) -> bool:
@@ -245,12 +253,12 @@ async def test_a_replicator_whose_target_went_down_stops_promptly_on_sigterm(
     await create_topic(primary.bootstrap, topic, 2)
     await produce(primary.bootstrap, topic, [Record(f"{i}".encode(), partition=i % 2)
                                              for i in range(100)])
-    target = await start_broker("gone", log_dir=tmp_path)
+    target = await start_cluster("gone", tmp_path / "gone")
     config = mm2_config({"primary": primary, "gone": target}, {"primary->gone": {"topics": topic}})
     try:
         async with replicator(config, tmp_path) as rep:
             await consume_all(target.bootstrap, f"primary.{topic}", expected=100)
-            await stop_broker_async(target.pid)
+            await stop_cluster(target)
             await wait_for(lambda: _all(NOT_SERVING, rep), 30, "the lost target was not reported")
             await produce(primary.bootstrap, topic, [Record(f"late{i}".encode(), partition=0)
                                                      for i in range(200)])
@@ -259,7 +267,7 @@ async def test_a_replicator_whose_target_went_down_stops_promptly_on_sigterm(
             assert code == 0, rep.log_tail()
             assert "Traceback" not in rep.log_tail(400)
     finally:
-        await stop_broker_async(target.pid)
+        await stop_cluster(target)
 
 
 
@@ -268,30 +276,36 @@ async def test_connection_failures_say_what_went_wrong(
         primary: LocalBroker, unique: str, tmp_path: Path) -> None:
     """Before, all three read `Unable to bootstrap from [...]` (aiokafka's logger was
     silenced and its generic error shown). The local broker has no SASL, so a PLAIN login
-    fails as an authentication failure; TLS against its plaintext listener gets no answer."""
+    fails as an authentication failure; TLS against its plaintext listener gets no answer
+    (Tansu) or a closed connection (Apache Kafka). The TLS and SASL clients run in separate
+    processes: both talk to the same address, and a process explains a failure with the
+    latest cause seen for the address."""
     jaas = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
             "username=\"u\" password=\"secret-pw\";")
-    config = mm2_config(
-        {"primary": primary, "tls": primary, "sasl": primary,
-         "closed": f"127.0.0.1:{free_port()}"},
-        {"primary->tls": {"topics": unique}, "primary->sasl": {"topics": unique},
-         "primary->closed": {"topics": unique}},
-        tls_security_protocol="SSL", sasl_security_protocol="SASL_PLAINTEXT",
-        sasl_sasl_mechanism="PLAIN", sasl_sasl_jaas_config=jaas)
-    want = {"tls": "TLS handshake failed", "sasl": "authentication failed",
-            "closed": "connection refused"}
-    async with replicator(config, tmp_path, serving=False) as rep:
-        async def explained() -> bool:
-            try:
-                status = await rep.replicator_status()
-            except grpc.aio.AioRpcError:
-                return False
-            errors = {c.alias: c.error for c in status.clusters}
-            return all(kind in errors.get(alias, "") for alias, kind in want.items())
-        await wait_for(explained, 40, "the causes were not told apart")
-        assert await rep.health() == NOT_SERVING
-        log = rep.log_tail(400)
-        assert "secret-pw" not in log and "Traceback" not in log
+    tls_config = mm2_config(
+        {"primary": primary, "tls": primary, "closed": f"127.0.0.1:{free_port()}"},
+        {"primary->tls": {"topics": unique}, "primary->closed": {"topics": unique}},
+        tls_security_protocol="SSL")
+    sasl_config = mm2_config(
+        {"primary": primary, "sasl": primary}, {"primary->sasl": {"topics": unique}},
+        sasl_security_protocol="SASL_PLAINTEXT", sasl_sasl_mechanism="PLAIN",
+        sasl_sasl_jaas_config=jaas)
+    async with replicator(tls_config, tmp_path, name="tls", serving=False) as tls, \
+            replicator(sasl_config, tmp_path, name="sasl", serving=False) as sasl:
+        for rep, want in ((tls, {"tls": "TLS handshake failed", "closed": "connection refused"}),
+                          (sasl, {"sasl": "authentication failed"})):
+            async def explained(rep: ServiceProcess = rep,
+                                want: dict[str, str] = want) -> bool:
+                try:
+                    status = await rep.replicator_status()
+                except grpc.aio.AioRpcError:
+                    return False
+                errors = {c.alias: c.error for c in status.clusters}
+                return all(kind in errors.get(alias, "") for alias, kind in want.items())
+            await wait_for(explained, 40, f"the causes were not told apart: {sorted(want)}")
+            assert await rep.health() == NOT_SERVING
+            log = rep.log_tail(400)
+            assert "secret-pw" not in log and "Traceback" not in log
 
 
 async def test_a_checkpointer_that_cannot_checkpoint_is_not_serving(
@@ -302,7 +316,7 @@ async def test_a_checkpointer_that_cannot_checkpoint_is_not_serving(
     from procs import checkpointer
 
     topic = f"{unique}-ck"
-    source = await start_broker("src", log_dir=tmp_path)
+    source = await start_cluster("src", tmp_path / "src")
     try:
         await create_topic(source.bootstrap, topic, 1)
         await produce(source.bootstrap, topic, [Record(b"x")])
@@ -311,13 +325,13 @@ async def test_a_checkpointer_that_cannot_checkpoint_is_not_serving(
                                              "emit.checkpoints.interval.seconds": "1",
                                              "refresh.groups.interval.seconds": "1"}})
         async with replicator(config, tmp_path) as _, checkpointer(config, tmp_path) as chk:
-            await stop_broker_async(source.pid)
+            await stop_cluster(source)
             await wait_for(lambda: _all(NOT_SERVING, chk), 40,
                            "the checkpointer stayed SERVING without its source")
             assert "checkpointing failed" in chk.log_tail(200)
             assert "Traceback" not in chk.log_tail(400)
     finally:
-        await stop_broker_async(source.pid)
+        await stop_cluster(source)
 
 
 async def test_a_lone_worker_whose_home_cluster_is_down_stops_promptly(
@@ -338,3 +352,26 @@ async def test_a_lone_worker_whose_home_cluster_is_down_stops_promptly(
 
 async def _logged(proc: ServiceProcess, text: str, times: int) -> bool:
     return proc.log_tail(400).count(text) >= times
+
+
+@pytest.mark.kafka_only
+async def test_group_offsets_on_a_fresh_cluster_wait_for_its_group_coordinator(
+        tmp_path: Path) -> None:
+    """A failover to a target no consumer group has used yet: Apache Kafka creates its
+    offsets topic on the first FindCoordinator and answers COORDINATOR_NOT_AVAILABLE until
+    it is ready. Before, the checkpointer's ExecuteFailover failed there with that error
+    (an internal gRPC error and a traceback) instead of waiting, as Kafka's clients do."""
+    from mirrorline.kafka.admin import ClusterAdmin
+    from mirrorline.kafka.groups import GroupOffsets
+
+    fresh = await start_cluster("fresh", tmp_path / "fresh")
+    try:
+        await create_topic(fresh.bootstrap, "t", 1)
+        async with ClusterAdmin("fresh", {"bootstrap_servers": fresh.bootstrap}) as admin:
+            groups = GroupOffsets(admin)
+            states = await groups.describe(["g"])
+            assert states["g"].state == "Dead" and not states["g"].active
+            await groups.commit("g", {("t", 0): (0, "")})
+            assert await groups.committed("g", [("t", 0)]) == {("t", 0): (0, "")}
+    finally:
+        await stop_cluster(fresh)

@@ -6,10 +6,18 @@ from pathlib import Path
 
 import pytest
 from grpc_health.v1 import health_pb2
-from helpers import Record, consume_all, create_topic, produce, wait_for
+from helpers import (
+    Record,
+    consume_all,
+    create_topic,
+    produce,
+    start_cluster,
+    stop_cluster,
+    wait_for,
+)
 from procs import free_port, mm2_config, replicator
 
-from mirrorline.dev.brokers import LocalBroker, start_broker, stop_broker_async
+from mirrorline.dev.brokers import LocalBroker
 
 pytestmark = pytest.mark.integration
 
@@ -37,11 +45,11 @@ async def test_unreachable_target_is_reported_then_replication_starts_when_it_an
         assert not status.serving
         assert {c.alias: c.reachable for c in status.clusters}["primary"]
 
-        broker = await start_broker("late", port=port, log_dir=tmp_path)
+        broker = await start_cluster("late", tmp_path / "late", port=port)
         try:
             await proc.wait_serving(timeout=60)
             mirrored = await consume_all(broker.bootstrap, f"primary.{topic}", expected=50)
             assert sum(len(v) for v in mirrored.values()) == 50
         finally:
-            await stop_broker_async(broker.pid)
+            await stop_cluster(broker)
         await wait_for(reported_unreachable, 30, "losing the target was not reported")

@@ -32,7 +32,15 @@ from pathlib import Path
 
 import pytest
 from grpc_health.v1 import health_pb2
-from helpers import Record, consume_all, create_topic, produce, wait_for
+from helpers import (
+    Record,
+    consume_all,
+    create_topic,
+    produce,
+    start_cluster,
+    stop_cluster,
+    wait_for,
+)
 from opentelemetry.proto.trace.v1 import trace_pb2
 from otlp_receiver import OtlpReceiver, ReceivedSpan
 from procs import ServiceProcess, deployment, deployment_config, free_port, mm2_config
@@ -40,7 +48,7 @@ from procs import ServiceProcess, deployment, deployment_config, free_port, mm2_
 from mirrorline.client import heartbeat_paths
 from mirrorline.core.canary import CanaryRecord
 from mirrorline.core.errors import WireFormatError
-from mirrorline.dev.brokers import LocalBroker, start_broker, stop_broker_async
+from mirrorline.dev.brokers import LocalBroker
 from mirrorline.v1 import admin_pb2_grpc, heartbeat_pb2
 
 pytestmark = pytest.mark.integration
@@ -135,7 +143,7 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
 async def chain(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Chain]:
     tmp = tmp_path_factory.mktemp("heartbeat")
     brokers = dict(zip(("alpha", "bravo", "charlie"), await asyncio.gather(
-        *(start_broker(alias, log_dir=tmp) for alias in ("alpha", "bravo", "charlie"))),
+        *(start_cluster(alias, tmp / alias) for alias in ("alpha", "bravo", "charlie"))),
         strict=True))
     topic, faked = "orders", "payments"
     await create_topic(brokers["alpha"].bootstrap, topic, 2)
@@ -175,7 +183,7 @@ async def chain(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Chain
             with contextlib.suppress(Exception):
                 await proc.close()
         await otlp.stop()
-        await asyncio.gather(*(stop_broker_async(b.pid) for b in brokers.values()))
+        await asyncio.gather(*(stop_cluster(b) for b in brokers.values()))
 
 
 async def test_topology_shows_alpha_two_hops_up_from_charlie(chain: Chain) -> None:
@@ -587,7 +595,7 @@ async def test_sigterm_after_the_target_went_down_while_running(chain: Chain,
     """Running (its faust app joined on the target), then the target cluster dies: SIGTERM
     still ends the service within seconds, with status 0 and no traceback -- faust's
     consumer thread, stuck on the dead cluster, no longer holds the process."""
-    delta = await start_broker("delta", log_dir=tmp_path)
+    delta = await start_cluster("delta", tmp_path / "delta")
     proc = heartbeat_service(tmp_path, "down", mm2_config(
         {"alpha": chain.brokers["alpha"], "delta": delta},
         {"alpha->delta": {"topics": "nothing-here"}}, canary_interval_ms="250",
@@ -595,7 +603,7 @@ async def test_sigterm_after_the_target_went_down_while_running(chain: Chain,
     await proc.start()
     try:
         await proc.wait_serving(60)  # SERVING: every part, the faust app included, runs
-        await stop_broker_async(delta.pid)
+        await stop_cluster(delta)
 
         async def noticed() -> bool:
             return await proc.health() != health_pb2.HealthCheckResponse.SERVING
@@ -604,4 +612,4 @@ async def test_sigterm_after_the_target_went_down_while_running(chain: Chain,
         await assert_clean_sigterm(proc)
     finally:
         await proc.close()
-        await stop_broker_async(delta.pid)
+        await stop_cluster(delta)

@@ -117,9 +117,9 @@ async def test_replicate_from_latest(primary: LocalBroker, backup: LocalBroker, 
                                      tmp_path: Path) -> None:
     """§9.2 test 14: with auto.offset.reset=latest only records produced after start arrive.
 
-    Tansu answers ListOffsets(latest) with the last batch's base offset + 1, so the records
-    produced before the start go one per batch: then that answer is the true log end, as
-    Kafka's always is.
+    The records produced before the start go one per batch for the Tansu lane: Tansu
+    answers ListOffsets(latest) with the last batch's base offset + 1, which is then the
+    true log end, as Apache Kafka's answer always is.
     """
     a, b = aliases()
     topic, sentinel = f"{unique}-latest", f"{unique}-sentinel"

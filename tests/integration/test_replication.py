@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
-from helpers import Record, consume_all, create_topic, produce, wait_for
+from helpers import PAST_MS, Record, consume_all, create_topic, produce, wait_for
 from procs import mm2_config, replicator
 
 from mirrorline.core.wire import OffsetSync
@@ -32,7 +32,7 @@ def sample(topic_index: int, partitions: int, per_partition: int) -> list[Record
                 value=None if i % 5 == 4 and i % 7 != 3 else f"value-{n}".encode() * (1 + i % 3),
                 headers=[("h", b"1"), ("dup", b"a"), ("dup", b"b"), ("n", str(n).encode())]
                 if i % 2 else [],
-                timestamp_ms=1_700_000_000_000 + n,
+                timestamp_ms=PAST_MS + n,
                 partition=p,
             ))
     return out

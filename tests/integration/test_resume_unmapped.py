@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers import Consumed, Record, consume_all, create_topic, produce, wait_for
+from helpers import PAST_MS, Consumed, Record, consume_all, create_topic, produce, wait_for
 from procs import mm2_config, replicator
 
 from mirrorline.core.progress import encode_offset, progress_topic, source_offset_key
@@ -29,7 +29,7 @@ async def source_records(primary: LocalBroker, topic: str) -> list[Consumed]:
     await create_topic(primary.bootstrap, topic, 1)
     await produce(primary.bootstrap, topic, [
         Record(f"v{n}".encode(), key=f"k{n}".encode(), headers=[("n", f"{n}".encode())],
-               timestamp_ms=1_700_000_000_000 + n, partition=0) for n in range(RECORDS)])
+               timestamp_ms=PAST_MS + n, partition=0) for n in range(RECORDS)])
     return (await consume_all(primary.bootstrap, topic))[0]
 
 

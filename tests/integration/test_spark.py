@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import pytest
-from helpers import Consumed, Record, consume_all, create_topic, produce, wait_for
+from helpers import PAST_MS, Consumed, Record, consume_all, create_topic, produce, wait_for
 from mirrorline_spark.options import DEFAULT_MAX_RECORDS
 from procs import Deployment, deployment, deployment_config, free_port
 
@@ -58,7 +58,7 @@ def records(count: int, partitions: int, tag: str) -> list[Record]:
     """Keys, null values (every 7th), repeated headers (every 3rd), explicit timestamps."""
     return [Record(value=None if i % 7 == 0 else f"{tag}-{i}".encode(), key=f"k{i}".encode(),
                    headers=[("h", b"1"), ("h", b"2"), ("x", f"{i}".encode())] if i % 3 == 0
-                   else [], timestamp_ms=1_700_000_000_000 + i, partition=i % partitions)
+                   else [], timestamp_ms=PAST_MS + i, partition=i % partitions)
             for i in range(count)]
 
 

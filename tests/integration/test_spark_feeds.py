@@ -12,7 +12,7 @@ import secrets
 
 import pyarrow as pa
 import pytest
-from helpers import Record, consume_all, create_topic, produce
+from helpers import PAST_MS, Record, consume_all, create_topic, produce
 from mirrorline_spark.options import SinkOptions, SourceOptions
 from mirrorline_spark.sink import write_batches
 from mirrorline_spark.source import KafkaStreamReader
@@ -43,7 +43,7 @@ async def test_one_query_copies_two_flows_between_two_clusters_in_both_direction
     await produce(primary.bootstrap, topic, [
         Record(f"p{i}".encode(), key=f"k{i}".encode(), partition=i % 2,
                headers=[("h", b"1"), ("h", b"2")] if i == 3 else [],
-               timestamp_ms=1_700_000_000_000 + i) for i in range(10)])
+               timestamp_ms=PAST_MS + i) for i in range(10)])
     await produce(backup.bootstrap, topic, [Record(None if i == 2 else f"b{i}".encode(),
                                                    key=b"k", partition=0) for i in range(6)])
     feeds = [
@@ -74,6 +74,6 @@ async def test_one_query_copies_two_flows_between_two_clusters_in_both_direction
     assert [r.value for r in forward[0]] == [b"p2", b"p4", b"p6", b"p8"]
     assert [r.value for r in forward[1]] == [b"p1", b"p3", b"p5", b"p7", b"p9"]
     assert list(forward[1][1].headers) == [("h", b"1"), ("h", b"2")]
-    assert [r.timestamp for r in forward[1]] == [1_700_000_000_000 + i for i in (1, 3, 5, 7, 9)]
+    assert [r.timestamp for r in forward[1]] == [PAST_MS + i for i in (1, 3, 5, 7, 9)]
     back = await consume_all(primary.bootstrap, f"b.{topic}", expected=6, timeout=30)
     assert [r.value for r in back[0]] == [b"b0", b"b1", None, b"b3", b"b4", b"b5"]

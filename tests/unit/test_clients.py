@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import inspect
 import ssl
+import subprocess
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from mirrorline.core.errors import ConfigError
-from mirrorline.kafka import _client_sasl, clients
+from mirrorline.kafka import _client_sasl, clients, tls
 from mirrorline.kafka._jaas import parse_jaas
 from mirrorline.kafka.clients import admin_kwargs, consumer_kwargs, producer_kwargs
 
@@ -386,14 +387,71 @@ def test_bad_endpoint_identification() -> None:
                  ).key == "ssl.endpoint.identification.algorithm"
 
 
-@pytest.mark.parametrize("which", ["truststore", "keystore"])
-def test_jks_stores_are_rejected_with_the_keytool_command(pki: Pki, which: str) -> None:
-    """No maintained Python library reads Java's JKS format: the error names the type key
-    and gives the one keytool command that converts the store to PKCS12."""
+def _jks(pki: Pki, path: Path, *, with_key: bool, key_password: str = "keypw-2") -> Path:
+    """A JKS store made by the JDK's keytool, as MM2 deployments have: the test CA as a
+    trusted entry, or the client key (from a PKCS12 store) under a key password of its own."""
+    keytool = tls.keytool()
+    if keytool is None:
+        pytest.skip("needs the JDK's keytool")
+    target = ["-destkeystore", str(path), "-deststoretype", "JKS", "-deststorepass", "storepw-1"]
+    if with_key:
+        source = _pkcs12(pki, path.with_suffix(".src.p12"), "srcpw-1", with_key=True)
+        command = ["-importkeystore", "-noprompt", "-srckeystore", str(source),
+                   "-srcstoretype", "PKCS12", "-srcstorepass", "srcpw-1", "-srcalias", "client",
+                   "-destkeypass", key_password, *target]
+    else:
+        command = ["-importcert", "-noprompt", "-alias", "ca", "-file", str(pki.ca),
+                   "-keystore", str(path), "-storetype", "JKS", "-storepass", "storepw-1"]
+    done = subprocess.run([keytool, *command], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return path
+
+
+def test_jks_stores_are_loaded(pki: Pki, tmp_path: Path) -> None:
+    """Kafka's default store type, JKS, is read as Java clients read it: the trust store's
+    certificates are trusted, and the key store's key opens with `ssl.key.password`."""
+    trust = _jks(pki, tmp_path / "trust.jks", with_key=False)
+    keys = _jks(pki, tmp_path / "keys.jks", with_key=True)
+    context = ssl_context({"ssl.truststore.location": str(trust),
+                           "ssl.truststore.type": "JKS",
+                           "ssl.truststore.password": "storepw-1",
+                           "ssl.keystore.location": str(keys),
+                           "ssl.keystore.password": "storepw-1",  # no type: Kafka's JKS
+                           "ssl.key.password": "keypw-2"})
+    assert "mirrorline-test-ca" in subjects(context)
+
+
+@pytest.mark.parametrize(("cfg", "key"), [
+    ({"ssl.truststore.password": SECRET}, "ssl.truststore.password"),
+    ({"ssl.keystore.password": SECRET}, "ssl.keystore.password"),
+    ({"ssl.key.password": SECRET}, "ssl.key.password"),
+])
+def test_a_wrong_jks_password_names_its_key_and_not_the_password(
+        pki: Pki, tmp_path: Path, cfg: dict[str, str], key: str) -> None:
+    trust = _jks(pki, tmp_path / "trust.jks", with_key=False)
+    keys = _jks(pki, tmp_path / "keys.jks", with_key=True)
     err = error(consumer_kwargs, {"security.protocol": "SSL",
-                                  f"ssl.{which}.location": str(pki.ca),
-                                  f"ssl.{which}.type": "JKS"})
-    assert err.key == f"ssl.{which}.type"
+                                  "ssl.truststore.location": str(trust),
+                                  "ssl.truststore.type": "JKS",
+                                  "ssl.truststore.password": "storepw-1",
+                                  "ssl.keystore.location": str(keys),
+                                  "ssl.keystore.type": "JKS",
+                                  "ssl.keystore.password": "storepw-1",
+                                  "ssl.key.password": "keypw-2", **cfg})
+    assert err.key == key
+    assert "wrong or missing" in str(err)
+
+
+def test_jks_without_a_jdk_says_how_to_convert(pki: Pki, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A host without a JDK (simulated: no keytool found) gets the one conversion command."""
+    trust = _jks(pki, tmp_path / "trust.jks", with_key=False)
+    monkeypatch.setattr(tls, "keytool", lambda: None)
+    err = error(consumer_kwargs, {"security.protocol": "SSL",
+                                  "ssl.truststore.location": str(trust),
+                                  "ssl.truststore.type": "JKS",
+                                  "ssl.truststore.password": "other-pw-5"})
+    assert err.key == "ssl.truststore.type"
     assert "keytool -importkeystore" in str(err)
     assert "-deststoretype PKCS12" in str(err)
 
@@ -430,14 +488,14 @@ def test_pkcs12_stores_are_loaded(pki: Pki, tmp_path: Path) -> None:
     assert {"commonName": "mirrorline-test-ca"} in subjects
 
 
-def test_pkcs12_wrong_password_names_the_store_key(pki: Pki, tmp_path: Path) -> None:
+def test_pkcs12_wrong_password_names_the_password_key(pki: Pki, tmp_path: Path) -> None:
     trust = _pkcs12(pki, tmp_path / "trust.p12", "trustpw", with_key=False)
     err = error(consumer_kwargs, {"security.protocol": "SSL",
                                   "ssl.truststore.location": str(trust),
                                   "ssl.truststore.type": "PKCS12",
                                   "ssl.truststore.password": "guess-9f3k"})
-    assert err.key == "ssl.truststore.location"
-    assert "ssl.truststore.password" in str(err)
+    assert err.key == "ssl.truststore.password"
+    assert "wrong or missing password" in str(err)
     assert "guess-9f3k" not in str(err)
 
 
@@ -449,13 +507,17 @@ def test_pkcs12_type_on_a_pem_file_is_a_clear_error(pki: Pki) -> None:
     assert "PKCS12" in str(err)
 
 
-def test_type_less_binary_store_is_rejected(tmp_path: Path) -> None:
+def test_type_less_binary_store_is_read_as_jks(tmp_path: Path) -> None:
+    """Kafka's default store type is JKS: a type-less store that is not PEM is read as JKS
+    (here a truncated one, so the error names the location)."""
+    if tls.keytool() is None:
+        pytest.skip("needs the JDK's keytool")
     store = tmp_path / "truststore.jks"
     store.write_bytes(b"\xfe\xed\xfe\xed\x00\x00\x00\x02")
     err = error(consumer_kwargs, {"security.protocol": "SSL",
                                   "ssl.truststore.location": str(store)})
-    assert err.key == "ssl.truststore.type"
-    assert "JKS" in str(err)
+    assert err.key == "ssl.truststore.location"
+    assert "not a JKS store" in str(err)
 
 
 def test_missing_truststore_file(tmp_path: Path) -> None:

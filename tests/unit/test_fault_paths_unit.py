@@ -78,6 +78,24 @@ def test_the_cause_aiokafka_logged_replaces_its_generic_bootstrap_error(
     assert "bootstrap" not in line
 
 
+def test_a_tls_client_dropped_by_a_plaintext_listener_is_told_a_tls_handshake_failed() -> None:
+    """Apache Kafka's plaintext listener reads a TLS ClientHello as an oversized request and
+    closes the connection: aiokafka logs the attempt with an empty reason. Before, the
+    operator read a bare `Unable connect to "h:1": ` with no kind at all."""
+    from aiokafka.errors import KafkaConnectionError
+
+    causes.quiet_aiokafka()
+    logging.getLogger("aiokafka.conn").error('Unable connect to "h:3": ')
+    line = causes.explain(KafkaConnectionError("Unable to bootstrap from [('h', 3)]"), "h:3",
+                          protocol="SSL")
+    assert line.startswith("TLS handshake failed: ")
+    assert "security.protocol is SSL" in line
+    # Without TLS the same drop stays what it is: no kind is made up.
+    plain = causes.explain(KafkaConnectionError("Unable to bootstrap from [('h', 3)]"), "h:3",
+                           protocol="PLAINTEXT")
+    assert not plain.startswith("TLS")
+
+
 def test_a_cause_for_another_cluster_is_not_borrowed() -> None:
     causes.quiet_aiokafka()
     logging.getLogger("aiokafka.client").error(
@@ -124,3 +142,29 @@ async def test_controller_health_follows_connection_and_flapping() -> None:
     assert not serving and "leadership changed" in why
     service._changes = [now - 3600.0] * FLAP_CHANGES  # long ago: steady again
     assert service.healthy == (True, "")
+
+
+async def test_a_stop_given_up_on_leaves_no_unretrieved_error_behind() -> None:
+    """A replicator stopping with a cluster gone gave up on `gather(flow stops)` after its
+    budget; the cancelled gather ended with an error nobody read, and asyncio logged it at
+    exit as `_GatheringFuture exception was never retrieved` with a traceback."""
+    import asyncio
+    import gc
+
+    from mirrorline.runtime import stop_within
+
+    unretrieved: list[dict[str, object]] = []
+    loop = asyncio.get_running_loop()
+    previous = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _loop, context: unretrieved.append(context))
+    try:
+        async def slow_stop() -> None:
+            await asyncio.sleep(30)
+
+        assert not await stop_within(asyncio.gather(slow_stop(), slow_stop()), 0.05, "stopping")
+        await asyncio.sleep(0.5)  # the cancelled children end
+        gc.collect()
+        await asyncio.sleep(0)
+    finally:
+        loop.set_exception_handler(previous)
+    assert unretrieved == []

@@ -402,3 +402,22 @@ def test_lagging_group_far_behind_a_long_replication() -> None:
     assert at_10.downstream < at_90.downstream
     sim.check(9000, at_90)
     sim.check(1000, at_10)
+
+
+def test_an_empty_run_before_any_history_makes_a_leading_gap_exact() -> None:
+    """A compacted topic's first records are gone: the replicator started fetching at 0 and
+    the first record it copied was 4. Groups at 0..3 resume at the first mirrored record."""
+    m = OffsetMap()
+    m.add(T, P, 0, 0, 0)
+    m.add(T, P, 4, 1, 0)
+    m.add(T, P, 9, 1, 1)
+    assert [m.locate(T, P, g) for g in (0, 3, 4, 5, 9, 10)] == [
+        Located(0, True, 0), Located(0, True, 0), Located(0, True, 0), Located(1, True, 0),
+        Located(1, True, 0), Located(2, True, 0)]
+
+
+def test_an_empty_run_after_history_changes_nothing() -> None:
+    m = omap((10, 5, 0))
+    m.add(T, P, 2, 0, 5)
+    assert m.locate(T, P, 9) is None
+    assert m.runs(T, P) == [Run(10, 5, 0, 0)]

@@ -78,3 +78,27 @@ def test_a_list_with_a_long_run_of_spaces_splits_at_once() -> None:
 
     assert parse_list("a" + " " * 16_000 + "b") == ("a" + " " * 16_000 + "b",)
     assert parse_list(" a ,\tb , ,c\x0b,") == ("a", "b", "", "c", "")
+
+
+@pytest.mark.parametrize(("pattern", "limit"), [
+    ("(" * 3000 + "a" + ")" * 3000, "at most 4096"),       # the issue's record
+    ("(" * 600 + "a" + ")" * 600, "at most 32 levels"),     # short, but deep
+    ("(?i)" * 40 + "a", "at most 32 levels"),               # inline flags nest too
+    ("(?:x|" * 40 + "y" + ")" * 40, "at most 32 levels"),
+])
+def test_deep_or_long_patterns_are_refused_naming_the_key_and_the_limit(
+        pattern: str, limit: str) -> None:
+    """Python's parser recursed once per group: such a pattern raised RecursionError in
+    every service that compiled it, instead of a configuration error naming the key."""
+    with pytest.raises(ConfigError) as info:
+        TopicFilter(["orders", pattern])
+    assert info.value.key == "topics"
+    assert limit in info.value.message
+    assert "pattern 2 " in info.value.message
+    assert len(str(info.value)) < 300  # the pattern is not echoed whole
+
+
+def test_long_lists_of_ordinary_patterns_are_not_bounded_by_the_pattern_limit() -> None:
+    topics = TopicFilter([f"orders-{i:04d}" for i in range(2_000)] + ["(" * 32 + "x" + ")" * 32])
+    assert topics.accepts("orders-1999")
+    assert topics.accepts("x")

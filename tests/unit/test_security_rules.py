@@ -16,7 +16,7 @@ from mirrorline.core.bounds import MAX_ID, MAX_STRING, oversized
 from mirrorline.core.config import parse_config
 from mirrorline.core.errors import ConfigError
 from mirrorline.core.fencing import foreign_groups, scrape_refusal
-from mirrorline.core.filters import GroupFilter, TopicFilter
+from mirrorline.core.filters import GroupFilter, TopicFilter, should_replicate_topic
 from mirrorline.core.flowdefs import MAX_IMPORT_FLOWS, flow_level_text, import_definitions
 from mirrorline.core.policy import DefaultReplicationPolicy
 from mirrorline.core.roles import (
@@ -327,3 +327,22 @@ def test_the_cli_reads_its_token_from_a_file_or_the_environment(
     monkeypatch.setenv("MIRRORLINE_CA", str(directory / "ca.pem"))
     args.ca = None
     assert credentials(args).tls
+
+
+def test_faust_leader_topics_are_internal_for_every_flow_and_every_scrape() -> None:
+    """faust's `<app>-__assignor-__leader` was mirrored by a `.*` flow and accepted by a
+    scrape; its changelog and repartition topics stay ordinary (Kafka Streams names its
+    own the same way, and MM2 mirrors them)."""
+    policy = DefaultReplicationPolicy()
+    everything = TopicFilter([".*"], [])
+    leader = "mirrorline-heartbeat-backup-__assignor-__leader"
+    assert policy.is_internal_topic(leader)
+    assert not should_replicate_topic(
+        leader, policy=policy, topic_filter=everything, target_alias="backup",
+        heartbeats_replication_enabled=True, canary_enabled=True)
+    assert scrape_refusal(leader, topic_filter=everything, policy=policy,
+                          target_alias="backup") == "an internal topic"
+    for ordinary in ("orders-app-counts-changelog", "orders-app-by-user-repartition"):
+        assert should_replicate_topic(
+            ordinary, policy=policy, topic_filter=everything, target_alias="backup",
+            heartbeats_replication_enabled=True, canary_enabled=True)

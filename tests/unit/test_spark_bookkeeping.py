@@ -147,8 +147,9 @@ def test_acknowledgements_of_a_flow_the_executor_does_not_run_fail_the_micro_bat
     query = ExecutorQuery(SparkDriver("local[1]", {}, "t"), {}, worker_id="spark:0",
                           workdir=str(tmp_path), holds=Holds())
     acks = [PartitionAcks("t", 0, "a.t", [(0, 2, 0)], flow="a->b")]
-    assert query._on_batch(7, acks) == ("micro-batch 7 holds acknowledgements of flow "
-                                        "'a->b', which this executor does not run")
+    assert query._on_batch(7, acks) == ("refused micro-batch 7: acknowledgements of "
+                                        "partitions the running query does not copy "
+                                        "('a->b' 't'-0)")
 
 
 def test_a_flow_that_cannot_start_is_held_back_longer_after_each_failure() -> None:
@@ -166,3 +167,74 @@ def test_a_flow_that_cannot_start_is_held_back_longer_after_each_failure() -> No
     assert not holds.held("a->b")  # due for a retry
     holds.started("a->b")
     assert holds.failed("a->b") == FIRST_S  # a success starts the delays over
+
+
+def test_spark_listens_on_the_bind_address_with_its_ui_off_by_default() -> None:
+    """Issue 19: on loopback without TLS (a developer's machine) Spark binds its driver and
+    block manager to --bind and keeps its UI off; the operator's settings win."""
+    conf = preflight.network_conf({}, master="local[2]", bind="127.0.0.1", tls=False,
+                                  insecure=False)
+    assert conf == {"spark.driver.bindAddress": "127.0.0.1", "spark.driver.host": "127.0.0.1",
+                    "spark.ui.enabled": "false", "spark.ui.killEnabled": "false"}
+    mine = preflight.network_conf({"spark.ui.enabled": "true", "spark.driver.host": "h"},
+                                  master="local[2]", bind="127.0.0.1", tls=False,
+                                  insecure=False)
+    assert mine["spark.ui.enabled"] == "true" and mine["spark.driver.host"] == "h"
+    assert mine["spark.ui.killEnabled"] == "false"
+
+
+@pytest.mark.parametrize(("bind", "tls"), [("127.0.0.1", True), ("192.0.2.2", False),
+                                           ("0.0.0.0", True)])
+def test_spark_authenticates_and_encrypts_under_tls_or_off_loopback(bind: str,
+                                                                    tls: bool) -> None:
+    conf = preflight.network_conf({}, master="local[*]", bind=bind, tls=tls, insecure=False)
+    assert {k: conf[k] for k in ("spark.authenticate", "spark.network.crypto.enabled",
+                                 "spark.io.encryption.enabled")} == dict.fromkeys(
+        ("spark.authenticate", "spark.network.crypto.enabled", "spark.io.encryption.enabled"),
+        "true")
+    assert conf["spark.driver.bindAddress"] == bind
+    assert "spark.authenticate.secret" not in conf  # Spark makes it, in memory
+    assert ("spark.driver.host" in conf) == (bind != "0.0.0.0")
+
+
+def test_unauthenticated_spark_under_tls_is_refused_naming_the_setting() -> None:
+    with pytest.raises(ConfigError, match=r"^--spark-conf: spark.authenticate=false is "
+                                          r"refused because the deployment's gRPC uses TLS"):
+        preflight.network_conf({"spark.authenticate": "false"}, master="local[2]",
+                               bind="127.0.0.1", tls=True, insecure=False)
+    # mirrorline.grpc.insecure = true accepts it, as it does for gRPC.
+    assert preflight.network_conf({"spark.authenticate": "false"}, master="local[2]",
+                                  bind="127.0.0.1", tls=True,
+                                  insecure=True)["spark.authenticate"] == "false"
+    with pytest.raises(ConfigError, match="standalone cluster needs its shared secret"):
+        preflight.network_conf({}, master="spark://m:7077", bind="192.0.2.2", tls=True,
+                               insecure=False)
+    shared = preflight.network_conf({"spark.authenticate.secret": "s"},
+                                    master="spark://m:7077", bind="192.0.2.2", tls=True,
+                                    insecure=False)
+    assert shared["spark.authenticate"] == "true"
+
+
+def test_the_command_refuses_unauthenticated_spark_off_loopback_in_one_line(
+        tmp_path: object) -> None:
+    """`--bind` off loopback with `mirrorline.grpc.insecure = true` (so gRPC may start) and a
+    standalone master without the cluster's secret: exit 2 and one line, before Spark."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    config = Path(str(tmp_path)) / "mm2.properties"
+    config.write_text("clusters = a, b\na.bootstrap.servers = 127.0.0.1:1\n"
+                      "b.bootstrap.servers = 127.0.0.1:1\na->b.enabled = true\n"
+                      "mirrorline.grpc.insecure = true\n")
+    result = subprocess.run([sys.executable, "-m", "mirrorline", "spark-executor", "--config",
+                             str(config), "--bind", "0.0.0.0", "--master",
+                             "spark://127.0.0.1:1"], capture_output=True, text=True,
+                            timeout=60, check=False)
+    assert result.returncode == 2
+    errors = [line for line in result.stderr.splitlines() if "error" in line]
+    assert errors == ["mirrorline: configuration error: --master: spark://127.0.0.1:1: Spark "
+                      "must authenticate because --bind 0.0.0.0 is not a loopback address, "
+                      "and a standalone cluster needs its shared secret: give --spark-conf "
+                      "spark.authenticate.secret=... (the secret the master and workers "
+                      "use)"], result.stderr

@@ -512,7 +512,7 @@ class Recorder:
     def save(self, *args: Any) -> None:
         self.calls.append(("save", *args))
 
-    def acknowledged(self, *args: Any) -> None:
+    def acknowledged(self, *args: Any, covered_from: int = -1) -> None:
         self.calls.append(("map", *args))
 
     def wake(self) -> None:

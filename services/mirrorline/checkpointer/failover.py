@@ -24,6 +24,7 @@ import grpc
 from aiokafka import TopicPartition
 
 from mirrorline.checkpointer.flow import FlowCheckpointer, TopicPartitionKey
+from mirrorline.core.bounds import MAX_FAILOVER_GROUPS
 from mirrorline.core.failover import (
     FlowPartition,
     GroupPartition,
@@ -48,6 +49,9 @@ DEFAULT_DRAIN_TIMEOUT_MS = 60_000
 BASIS_CHECKPOINT = "checkpoint"
 #: Partitions whose replication lag in milliseconds is measured (one fetch each).
 LAG_SAMPLE = 64
+#: Group positions translated between two returns to the event loop: a plan of many
+#: groups is CPU work, and health checks and other calls must still be answered.
+YIELD_EVERY = 256
 
 
 class Refused(Exception):
@@ -86,12 +90,40 @@ class Position:
 
 
 class FlowFailover:
-    """Failover operations on one flow, served by the checkpointer that checkpoints it."""
+    """Failover operations on one flow, served by the checkpointer that checkpoints it.
 
-    def __init__(self, checkpointer: FlowCheckpointer) -> None:
+    `deadline` (a `time.monotonic()` value) is the caller's: work stops with
+    DEADLINE_EXCEEDED once it has passed, since nobody waits for the answer any more.
+    """
+
+    def __init__(self, checkpointer: FlowCheckpointer, *, deadline: float | None = None
+                 ) -> None:
         self.cp = checkpointer
         self.warnings: list[str] = []
         self.source_timeout_s = min(SOURCE_TIMEOUT_S, checkpointer.flow.admin_timeout_ms / 1000)
+        self.deadline = deadline
+        self._work = 0
+
+    async def pace(self, done: int = 1) -> None:
+        """Count `done` units of work; every `YIELD_EVERY` return to the event loop (so a
+        cancelled call stops there) and check the caller's deadline."""
+        self._work += done
+        if self._work < YIELD_EVERY:
+            return
+        self._work = 0
+        await asyncio.sleep(0)
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            raise Refused(grpc.StatusCode.DEADLINE_EXCEEDED,
+                          "the caller's deadline passed; the work was stopped")
+
+    @staticmethod
+    def bound(groups: Sequence[str], *, named: bool = True) -> None:
+        """At most `MAX_FAILOVER_GROUPS` groups per call (INVALID_ARGUMENT beyond)."""
+        if len(groups) > MAX_FAILOVER_GROUPS:
+            how = ("names" if named else "covers (no group named: all of the flow's)")
+            raise Refused(grpc.StatusCode.INVALID_ARGUMENT,
+                          f"groups: the call {how} {len(groups)} groups; at most "
+                          f"{MAX_FAILOVER_GROUPS} per call: split them over several calls")
 
     # -- what the clusters say ----------------------------------------------------------------
     async def source_ends(self) -> dict[TopicPartitionKey, int] | None:
@@ -142,8 +174,10 @@ class FlowFailover:
                               f"{cp.flow.source!r}: {exc!r}") from exc
             for (topic, partition), (offset, metadata) in sorted(committed.items()):
                 out.append(self._position(topic, partition, offset, metadata))
+                await self.pace()
             return out
         for (remote, partition), checkpoint in sorted(cp.store.for_group(group).items()):
+            await self.pace()
             topic = cp.source_topic(remote)
             position = self._position(topic, partition, checkpoint.upstream_offset,
                                       checkpoint.metadata)
@@ -191,7 +225,9 @@ class FlowFailover:
 
     async def plan(self, groups: Sequence[str]) -> failover_pb2.FailoverPlan:
         cp = self.cp
+        self.bound(groups)
         chosen = list(groups) or sorted(set(cp.groups) | set(cp.store.groups()))
+        self.bound(chosen, named=bool(groups))
         ends = await self.source_ends()
         replicated = await self.replicated()
         members = {g: max(1, s.members) for g, s in (await self.active(chosen)).items()}
@@ -216,6 +252,7 @@ class FlowFailover:
                     f"{where}"])
             readiness.append(found)
             details.append(positions)
+            await self.pace(1 + len(positions))
         flow_parts = ([FlowPartition(t, p, end, replicated.get((t, p)))
                        for (t, p), end in sorted(ends.items())] if ends is not None else
                       [FlowPartition(t, p, None, m) for (t, p), m in sorted(replicated.items())])
@@ -232,6 +269,7 @@ class FlowFailover:
                 checkpoint_age_ms=-1 if r.checkpoint_age_ms is None else r.checkpoint_age_ms,
                 active_members_on_target=r.active_members,
                 partitions=[p.to_proto() for p in positions]))
+            await self.pace(1 + len(positions))
         return plan
 
     async def _with_lag_ms(self, parts: list[FlowPartition], now_ms: int
@@ -264,6 +302,7 @@ class FlowFailover:
         if drain_timeout_ms < 0:
             raise Refused(grpc.StatusCode.INVALID_ARGUMENT,
                           f"drain_timeout_ms: must not be negative (got {drain_timeout_ms})")
+        self.bound(groups)
         self.refuse_foreign(groups)
         await self.refuse_active(groups)
         ends = await self.source_ends()
@@ -321,6 +360,7 @@ class FlowFailover:
         if timestamp_ms < 0:
             raise Refused(grpc.StatusCode.INVALID_ARGUMENT,
                           f"timestamp_ms: must not be negative (got {timestamp_ms})")
+        self.bound(groups)
         self.refuse_foreign(groups)
         await self.refuse_active(groups)
         remote = await self.remote_partitions()

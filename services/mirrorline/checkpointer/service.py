@@ -186,3 +186,30 @@ class CheckpointerService(FlowService[FlowRunner]):
         for suffix, pick in (("", "last"), ("-min", "min"), ("-max", "max"), ("-avg", "avg")):
             meter.create_observable_gauge(f"checkpoint-latency-ms{suffix}",
                                           callbacks=[read(pick)])
+
+        # The latency exists only once a checkpoint was written: without these, a
+        # checkpointer with no consumer group yet (or still connecting) served an empty
+        # /metrics body -- indistinguishable from a broken one.
+        def flows(_options: CallbackOptions) -> list[Observation]:
+            return [Observation(len(self.runners))]
+
+        def per_flow(pick: str) -> Callable[[CallbackOptions], Iterable[Observation]]:
+            def callback(_options: CallbackOptions) -> list[Observation]:
+                out = []
+                for runner in self.runners.values():
+                    attrs = {"source": runner.flow.source, "target": runner.flow.target}
+                    if pick == "started":
+                        out.append(Observation(int(runner.started), attrs))
+                    elif runner.checkpointer is not None:
+                        out.append(Observation(len(runner.checkpointer.last_checkpoint_ms),
+                                               attrs))
+                return out
+            return callback
+
+        meter.create_observable_gauge("checkpointer-flows", callbacks=[flows],
+                                      description="flows this checkpointer runs")
+        meter.create_observable_gauge("checkpointer-flow-started", callbacks=[per_flow("started")],
+                                      description="1 once the flow's checkpointing started "
+                                                  "(its target answered), else 0")
+        meter.create_observable_gauge("checkpoint-groups", callbacks=[per_flow("groups")],
+                                      description="consumer groups checkpointed so far")

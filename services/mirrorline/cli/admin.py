@@ -72,6 +72,7 @@ from mirrorline.cli.admin_format import (
     format_flows,
     format_import,
     format_workers,
+    printable,
 )
 from mirrorline.cli.admin_history import format_history
 from mirrorline.core.errors import ConfigError
@@ -152,7 +153,7 @@ def _flows_import(args: argparse.Namespace) -> int:
     emit(args, response, lambda: format_import(response))
     if args.output != "json":
         for warning in response.warnings:
-            print(f"mirrorline: warning: {warning}", file=sys.stderr)
+            print(printable(f"mirrorline: warning: {warning}"), file=sys.stderr)
     return 0
 
 

@@ -27,7 +27,7 @@ from google.protobuf.message import Message
 from mirrorline import grpcsecure
 from mirrorline.cli import admin_security
 from mirrorline.cli.admin_args import RequestError, call_deadline, resolve_server
-from mirrorline.cli.admin_format import to_json
+from mirrorline.cli.admin_format import printable, to_json
 from mirrorline.core.errors import ConfigError
 from mirrorline.grpcsecure import ClientCredentials
 from mirrorline.v1 import admin_pb2_grpc
@@ -179,11 +179,13 @@ def connection_of(args: argparse.Namespace) -> Connection:
 
 
 def emit(args: argparse.Namespace, response: Message, render: Callable[[], str]) -> None:
-    print(to_json(response) if args.output == "json" else render())
+    # Text output escapes control and bidi characters that came from the server; JSON
+    # escapes them itself (json.dumps writes them as \uXXXX).
+    print(to_json(response) if args.output == "json" else printable(render()))
 
 
 def fail(error: AdminError) -> int:
-    print(f"mirrorline: {error}", file=sys.stderr)
+    print(printable(f"mirrorline: {error}"), file=sys.stderr)
     return 1
 
 
@@ -204,10 +206,10 @@ def unary(args: argparse.Namespace,
     emit(args, response, lambda: render(response))
     if warnings is not None and args.output != "json":
         for warning in warnings(response):
-            print(f"mirrorline: warning: {warning}", file=sys.stderr)
+            print(printable(f"mirrorline: warning: {warning}"), file=sys.stderr)
     found = problem(response) if problem is not None else None
     if found is not None:
-        print(f"mirrorline: {found}", file=sys.stderr)
+        print(printable(f"mirrorline: {found}"), file=sys.stderr)
         return 1
     return 0
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 
@@ -37,6 +38,7 @@ from mirrorline.v1 import admin_pb2, flows_pb2
 __all__ = [
     "NONE",
     "UNKNOWN",
+    "escaped",
     "flow_state_name",
     "format_age",
     "format_bytes_rate",
@@ -52,6 +54,7 @@ __all__ = [
     "format_workers",
     "one_line",
     "partition_state_name",
+    "printable",
     "render_table",
     "to_dict",
     "to_json",
@@ -122,6 +125,32 @@ def format_age(age_ms: float) -> str:
     if whole < 3600:
         return f"{whole // 60}m{whole % 60:02d}s"
     return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+
+
+#: What a terminal must never receive raw from a server's answer: C0 and C1 controls (ESC
+#: starts an escape sequence that can move the cursor, retitle or rewrite the screen), DEL,
+#: Unicode's bidirectional overrides and isolates and the line and paragraph separators.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029"
+                      "\u202a-\u202e\u2066-\u2069]")
+_KEEP = re.compile("[^\n\t]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code <= 0xff else f"\\u{code:04x}"
+
+
+def escaped(value: str) -> str:
+    """One value with every control or bidi character written as an escape (`\\x1b`,
+    `\\u202e`), line breaks and tabs included: what a server sent never drives the terminal."""
+    return _CONTROL.sub(_escape, value)
+
+
+def printable(text: str) -> str:
+    """Rendered output as it may reach a terminal: like `escaped`, but the output's own
+    line breaks and tabs stay."""
+    return _CONTROL.sub(lambda m: m.group() if not _KEEP.match(m.group()) else _escape(m),
+                        text)
 
 
 def one_line(value: str) -> str:
@@ -199,7 +228,7 @@ def format_flow(flow: admin_pb2.Flow) -> str:
     lines = [f"{key.ljust(width)}  {value}" for key, value in fields]
     lines.append("properties:")
     if flow.spec.properties:
-        lines += [f"  {key} = {flow.spec.properties[key]}"
+        lines += [f"  {escaped(key)} = {escaped(flow.spec.properties[key])}"
                   for key in sorted(flow.spec.properties)]
     else:
         lines.append(f"  {NONE}")

@@ -31,7 +31,7 @@ from mirrorline.cli.admin_calls import (
     unreachable_message,
     usage_error,
 )
-from mirrorline.cli.admin_format import format_status, to_json
+from mirrorline.cli.admin_format import format_status, printable, to_json
 from mirrorline.v1 import admin_pb2, admin_pb2_grpc
 
 __all__ = ["CLEAR_SCREEN", "register", "watch_frame"]
@@ -46,7 +46,7 @@ def watch_frame(report: admin_pb2.StatusReport, *, output: str, tty: bool,
     terminal; successive tables separated by a blank line otherwise."""
     if output == "json":
         return to_json(report, compact=True) + "\n"
-    table = format_status(report) + "\n"
+    table = printable(format_status(report)) + "\n"
     if tty:
         return CLEAR_SCREEN + table
     return table if first else "\n" + table

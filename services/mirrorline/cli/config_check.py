@@ -11,6 +11,7 @@ passwords, keys and JAAS configs, and every value a config provider resolved.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Mapping
 from typing import Any, TextIO
@@ -23,6 +24,16 @@ from mirrorline.core.security import grpc_security
 from mirrorline.core.settings import FlowSettings, MirrorSettings
 
 _EXAMPLE_TOPIC = "orders"
+#: Any other key (a misspelt `ssl.keystore.pasword` or `sasl.jass.config`, a key the
+#: client does not know) whose name looks like it holds a secret: its value is masked too.
+_SECRET_LIKE = re.compile(r"pass|pwd|secret|token|jaas|jass|credential|key",
+                          re.IGNORECASE)
+#: Kafka client keys whose names match `_SECRET_LIKE` but whose values are not secrets.
+_VISIBLE = frozenset({
+    "ssl.keystore.location", "ssl.keystore.type", "ssl.keystore.certificate.chain",
+    "ssl.truststore.location", "ssl.truststore.type", "ssl.keymanager.algorithm",
+    "ssl.trustmanager.algorithm", "key.serializer", "key.deserializer",
+})
 
 
 def register(subparsers: Any) -> None:
@@ -38,16 +49,19 @@ def register(subparsers: Any) -> None:
 
 def _check(args: argparse.Namespace) -> int:
     from mirrorline.kafka.preflight import check_clients
+    from mirrorline.secretfiles import check_secret_files
 
     try:
         settings = load_config(args.file)
         client_warnings = check_clients(settings)
         grpc = grpc_security(settings.raw)  # the gRPC security keys, as every service reads them
+        # Who may write the tokens file and read the keys, as every service checks them.
+        file_warnings = check_secret_files(settings.raw, settings.lines, args.file)
         grpcsecure.load(grpc)               # their files exist and parse
     except ConfigError as exc:
         print(f"mirrorline: configuration error: {exc}", file=sys.stderr)
         return 2
-    warnings = (*settings.warnings, *client_warnings)
+    warnings = (*settings.warnings, *client_warnings, *file_warnings)
     print_summary(settings, sys.stdout, warnings=len(warnings))
     print(f"grpc: {'TLS' if grpc.tls else 'plaintext (loopback only)'}"
           f"{', client certificates required' if grpc.client_auth_required else ''}"
@@ -116,7 +130,16 @@ def _patterns(items: tuple[str, ...]) -> str:
     return ", ".join(items) if items else "(nothing)"
 
 
+def shown(key: str, value: str, secrets: frozenset[str]) -> str:
+    """A value as `config check` prints it: masked when the key holds a secret, the value
+    came from a config provider, or the key is not a known non-secret one and its name
+    looks like a secret's."""
+    if key not in _VISIBLE and _SECRET_LIKE.search(key):
+        return "[hidden]"
+    return mask(key, value, secrets)
+
+
 def _print_config(config: Mapping[str, str], secrets: frozenset[str], out: TextIO, *,
                   indent: int) -> None:
     for key in sorted(config):
-        print(f"{' ' * indent}{key} = {mask(key, config[key], secrets)}", file=out)
+        print(f"{' ' * indent}{key} = {shown(key, config[key], secrets)}", file=out)

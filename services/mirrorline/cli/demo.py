@@ -18,6 +18,9 @@ def register(dev_subparsers: Any) -> None:
                       help="where the config and logs go (default: <state dir>/demo)")
     demo.add_argument("--timeout", type=float, default=180.0,
                       help="give up if the copy has not converged after this many seconds")
+    demo.add_argument("--broker", choices=("tansu", "kafka"), default="tansu",
+                      help="tansu: the embedded broker, pip only (default); kafka: Apache "
+                           "Kafka (needs Java 17+ and 'mirrorline dev kafka install')")
     demo.set_defaults(handler=_demo)
 
 
@@ -27,6 +30,6 @@ def _demo(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING)
     workdir = args.workdir or default_state_dir() / "demo"
     try:
-        return asyncio.run(run_demo(workdir, timeout=args.timeout))
+        return asyncio.run(run_demo(workdir, timeout=args.timeout, broker=args.broker))
     except KeyboardInterrupt:
         return 130

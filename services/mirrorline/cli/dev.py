@@ -1,7 +1,9 @@
 """`mirrorline dev ...`: local developer tooling (brokers now; more dev commands plug in here).
 
-`mirrorline dev brokers up|down|status` manages detached local Tansu brokers and records
-them in `<state dir>/brokers.json`, so that later commands (and other terminals) find them.
+`mirrorline dev brokers up|down|status` manages detached local clusters -- the embedded Tansu
+broker (pip only, the default) or Apache Kafka (`--broker kafka`, needs Java and
+`mirrorline dev kafka install`) -- and records them in `<state dir>/brokers.json`, so that
+later commands (and other terminals) find them.
 Other `dev` subcommands live in their own modules, listed in `_DEV_COMMAND_MODULES`; each
 exposes `register(dev_subparsers)` exactly like the top-level command modules do.
 """
@@ -28,6 +30,7 @@ from mirrorline.dev.brokers import (
     start_broker,
     stop_broker,
 )
+from mirrorline.dev.kafka import KAFKA_VERSION, is_kafka_process, start_kafka
 from mirrorline.dev.portcheck import is_free
 
 #: Modules adding further `dev` subcommands through `register(dev_subparsers)`; a module that
@@ -42,21 +45,29 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     dev.set_defaults(handler=_help_for(dev))
     dev_sub = dev.add_subparsers(dest="dev_command", metavar="SUBCOMMAND")
 
-    brokers = dev_sub.add_parser("brokers", help="start, stop and inspect local Tansu brokers")
+    brokers = dev_sub.add_parser("brokers", help="start, stop and inspect local clusters")
     brokers.set_defaults(handler=_help_for(brokers))
     brokers_sub = brokers.add_subparsers(dest="brokers_command", metavar="ACTION")
 
     up = brokers_sub.add_parser(
         "up", help="start detached local brokers (idempotent)",
-        description="Start one detached Tansu broker per alias. Default ports: first alias "
-                    "19092, then 29092, 39092, ...; ALIAS=PORT picks the port.",
+        description="Start one detached cluster per alias: the embedded Tansu broker "
+                    f"(default) or Apache Kafka {KAFKA_VERSION} (--broker kafka). Default "
+                    "ports: first alias 19092, then 29092, 39092, ...; ALIAS=PORT picks the "
+                    "port (of the first node).",
     )
+    up.add_argument("--broker", choices=("tansu", "kafka"), default="tansu",
+                    help="tansu: embedded, pip only (default); kafka: Apache Kafka KRaft "
+                         "(needs Java 17+ and 'mirrorline dev kafka install')")
+    up.add_argument("--nodes", type=int, default=1,
+                    help="Apache Kafka nodes per cluster (default 1; 3 for leader changes)")
     up.add_argument("aliases", nargs="*", metavar="ALIAS[=PORT]",
                     help=f"clusters to start (default: {' '.join(DEFAULT_ALIASES)})")
     up.add_argument("--storage", default=DEFAULT_STORAGE,
                     help=f"Tansu storage engine URL (default: {DEFAULT_STORAGE})")
-    up.add_argument("--timeout", type=float, default=15.0,
-                    help="seconds to wait for each broker to answer (default: 15)")
+    up.add_argument("--timeout", type=float, default=None,
+                    help="seconds to wait for each cluster to answer (default: 15 for "
+                         "Tansu, 90 for Apache Kafka)")
     up.set_defaults(handler=_up)
 
     down = brokers_sub.add_parser("down", help="stop recorded brokers")
@@ -110,7 +121,7 @@ def _plan_ports(
     requests: list[tuple[str, int | None]], state: dict[str, LocalBroker]
 ) -> tuple[list[LocalBroker], list[tuple[str, int]]]:
     """Split requests into already-running brokers and (alias, port) pairs to start."""
-    running = {a: b for a, b in state.items() if is_broker_process(b.pid, a, b.port)}
+    running = {a: b for a, b in state.items() if is_running(b)}
     claimed = {b.port for b in running.values()}
     claimed.update(port for alias, port in requests if port is not None and alias not in running)
     already: list[LocalBroker] = []
@@ -138,26 +149,46 @@ def _plan_ports(
     return already, to_start
 
 
-async def _start_all(
-    to_start: list[tuple[str, int]], storage: str, log_dir: Path, ready_timeout: float
-) -> list[LocalBroker | BaseException]:
+def is_running(broker: LocalBroker) -> bool:
+    """True when every recorded process of `broker` is alive and is the one we started."""
+    if broker.kind == "kafka":
+        return all(is_kafka_process(pid, broker.storage) for pid in broker.all_pids)
+    return is_broker_process(broker.pid, broker.alias, broker.port)
+
+
+async def _start_one(args: argparse.Namespace, alias: str, port: int,
+                     state_dir: Path) -> LocalBroker:
+    if args.broker == "kafka":
+        cluster = await start_kafka(alias, directory=state_dir / "kafka" / alias,
+                                    nodes=args.nodes, port=port, detach=True,
+                                    ready_timeout=args.timeout or 90.0)
+        print(f"{alias}: Apache Kafka {KAFKA_VERSION}, {len(cluster.nodes)} node(s), "
+              f"answering after {cluster.started_in:.1f}s", flush=True)
+        return cluster.record()
+    return await start_broker(alias, port=port, storage=args.storage,
+                              log_dir=state_dir / "logs", detach=True,
+                              ready_timeout=args.timeout or 15.0)
+
+
+async def _start_all(args: argparse.Namespace, to_start: list[tuple[str, int]],
+                     state_dir: Path) -> list[LocalBroker | BaseException]:
     return await asyncio.gather(
-        *(start_broker(alias, port=port, storage=storage, log_dir=log_dir, detach=True,
-                       ready_timeout=ready_timeout)
-          for alias, port in to_start),
+        *(_start_one(args, alias, port, state_dir) for alias, port in to_start),
         return_exceptions=True,
     )
 
 
 def _up(args: argparse.Namespace) -> int:
     state_dir = default_state_dir()
+    if args.nodes < 1 or (args.nodes > 1 and args.broker != "kafka"):
+        return _fail("up", "--nodes needs --broker kafka and at least 1")
     try:
         requests = _parse_requests(args.aliases)
         state = load_state(state_dir)
         already, to_start = _plan_ports(requests, state)
     except BrokerError as exc:
         return _fail("up", str(exc))
-    results = asyncio.run(_start_all(to_start, args.storage, state_dir / "logs", args.timeout))
+    results = asyncio.run(_start_all(args, to_start, state_dir))
     started: list[LocalBroker] = []
     errors: list[str] = []
     for result in results:
@@ -172,8 +203,8 @@ def _up(args: argparse.Namespace) -> int:
     rows = [(b, "already running") for b in already] + [(b, "started") for b in started]
     if rows:
         _print_table(
-            ("ALIAS", "BOOTSTRAP", "PID", "STATE", "LOG"),
-            [(b.alias, b.bootstrap, str(b.pid), note, b.log_path) for b, note in rows],
+            ("ALIAS", "BROKER", "BOOTSTRAP", "PID", "STATE", "LOG"),
+            [(b.alias, b.kind, b.bootstrap, str(b.pid), note, b.log_path) for b, note in rows],
         )
     if errors:
         for message in errors[1:]:
@@ -198,9 +229,11 @@ def _down(args: argparse.Namespace) -> int:
         broker = state.get(alias)
         if broker is None:
             continue
-        if is_broker_process(broker.pid, alias, broker.port):
-            stop_broker(broker.pid)
-            print(f"stopped {alias} (pid {broker.pid}, {broker.bootstrap})")
+        if is_running(broker):
+            for pid in broker.all_pids:
+                stop_broker(pid)
+            pids = ", ".join(map(str, broker.all_pids))
+            print(f"stopped {alias} (pid {pids}, {broker.bootstrap})")
         else:
             print(f"{alias} was not running")
         del state[alias]
@@ -229,22 +262,22 @@ def _status(args: argparse.Namespace) -> int:
         print(f"no brokers recorded in {state_dir}")
         return 0
     brokers = [state[alias] for alias in sorted(state)]
-    running = [is_broker_process(b.pid, b.alias, b.port) for b in brokers]
+    running = [is_running(b) for b in brokers]
     answers = asyncio.run(_probe_all(brokers))
     rows: list[tuple[str, ...]] = []
     unhealthy: list[str] = []
     for broker, alive, cluster_id in zip(brokers, running, answers, strict=True):
         if cluster_id is None:
             kafka = "no"
-        elif cluster_id == broker.alias:
+        elif cluster_id == broker.expected_cluster_id:
             kafka = "yes"
         else:
             kafka = f"wrong cluster {cluster_id!r}"
         if not alive or kafka != "yes":
             unhealthy.append(broker.alias)
-        rows.append((broker.alias, broker.bootstrap, str(broker.pid),
+        rows.append((broker.alias, broker.kind, broker.bootstrap, str(broker.pid),
                      "yes" if alive else "no", kafka))
-    _print_table(("ALIAS", "BOOTSTRAP", "PID", "RUNNING", "ANSWERING"), rows)
+    _print_table(("ALIAS", "BROKER", "BOOTSTRAP", "PID", "RUNNING", "ANSWERING"), rows)
     if unhealthy:
         return _fail("status", f"not running or not answering: {', '.join(unhealthy)}")
     return 0

@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from mirrorline.dev.records import consume, produce
+from mirrorline.kafka.causes import quiet_aiokafka
 
 
 def register(dev_sub: Any) -> None:
@@ -33,6 +34,10 @@ def _produce(args: argparse.Namespace) -> int:
     if args.count < 0 or args.partitions < 1:
         print("mirrorline: --count must be >= 0 and --partitions >= 1", file=sys.stderr)
         return 2
+    # The client's retries are not news (Apache Kafka answers NOT_LEADER_OR_FOLLOWER to a
+    # produce right after it created the topic, until the leader has taken over); an
+    # error that ends the run is reported whole.
+    quiet_aiokafka()
     sent = asyncio.run(produce(args.bootstrap, args.topic, args.count,
                                partitions=args.partitions, start=args.start))
     print(f"produced {sent} records to {args.topic}")
@@ -40,6 +45,7 @@ def _produce(args: argparse.Namespace) -> int:
 
 
 def _consume(args: argparse.Namespace) -> int:
+    quiet_aiokafka()
     got = asyncio.run(consume(args.bootstrap, args.topics, args.group, limit=args.limit))
     numbers = sorted(int(v.rsplit("-", 1)[1]) for v in got.values
                      if v.rsplit("-", 1)[-1].isdigit())

@@ -12,10 +12,10 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from mirrorline import grpcsecure
+from mirrorline import grpcsecure, logsecrets
 from mirrorline.controller.service import DEFAULT_LEASE_MS
 from mirrorline.core.config import load_config
-from mirrorline.core.errors import ConfigError
+from mirrorline.core.errors import ConfigError, ListenError
 from mirrorline.core.security import bind_problem, grpc_security
 from mirrorline.core.settings import MirrorSettings
 from mirrorline.ports import GRPC_PORTS, METRICS_PORTS, run_ports
@@ -35,20 +35,27 @@ def load_settings(path: str, bind: str = "127.0.0.1") -> MirrorSettings | None:
     """Load and check the config (every client setting and TLS store included) and this
     process's gRPC security, printing errors and warnings; None means "exit with status 2"."""
     from mirrorline.kafka.preflight import check_clients
+    from mirrorline.secretfiles import check_secret_files
 
     try:
         settings = load_config(path)
+        # From here on no log line shows a secret of the file, at DEBUG either.
+        logsecrets.register_config(settings.raw, settings.secret_values)
         client_warnings = check_clients(settings)
         security = grpc_security(settings.raw)
         problem = bind_problem(bind, security)
         if problem is not None:
             raise ConfigError("mirrorline.grpc.tls.certificate", problem, source=path)
-        grpcsecure.configure(grpcsecure.load(security))
+        file_warnings = check_secret_files(settings.raw, settings.lines, path)
+        process = grpcsecure.load(security)
+        if process.client.token:
+            logsecrets.register([process.client.token])
+        grpcsecure.configure(process)
     except ConfigError as exc:
         print(f"mirrorline: configuration error: {exc}", file=sys.stderr)
         return None
     if os.environ.get(VALIDATED_ENV) != os.path.abspath(path):
-        for warning in (*settings.warnings, *client_warnings):
+        for warning in (*settings.warnings, *client_warnings, *file_warnings):
             print(f"mirrorline: warning: {path}: {warning}", file=sys.stderr)
     return settings
 
@@ -147,11 +154,15 @@ def _ports(parser: argparse.ArgumentParser, service: str) -> None:
 
 
 def _serve(factory: Callable[[], Service]) -> int:
-    """Run a service; a configuration error it finds at start exits with status 2."""
+    """Run a service; a configuration error it finds at start, or an address it cannot
+    listen on (`--bind`, a port in use), exits with status 2 and one line."""
     try:
         return run_service(factory)
     except ConfigError as exc:
         print(f"mirrorline: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except ListenError as exc:
+        print(f"mirrorline: {exc}", file=sys.stderr)
         return 2
 
 
@@ -246,6 +257,14 @@ def _run(args: argparse.Namespace) -> int:
     # A service that cannot bind its port would exit with a traceback and be restarted
     # over and over; say once, up front, which port is held and by what.
     from mirrorline.dev.portcheck import holder, is_free
+    from mirrorline.ports import check_listenable
+    try:  # first the address itself: an address not of this host holds no port
+        asyncio.run(check_listenable(args.bind, 0, "gRPC"))
+    except ListenError as exc:
+        reason = str(exc).split(": ", 1)[-1].split("; ")[0]
+        print(f"mirrorline: cannot listen on {args.bind}: {reason}; check --bind",
+              file=sys.stderr)
+        return 2
     taken = [(use, port) for use, port in run_ports(args.workers, args.port_offset,
                                                     spark=args.spark).items()
              if not is_free(port, args.bind)]

@@ -1,8 +1,9 @@
 """`mirrorline spark-executor`: run a Spark executor (a worker of kind `spark`).
 
 Everything that can be checked before Spark starts is checked first -- the `spark` extra,
-Java, the master URL (and that a standalone master answers), every `--spark-conf` -- and
-each problem exits with status 2 and one line naming it.
+Java, the master URL (and that a standalone master answers), every `--spark-conf`, and
+that Spark's ports can be as safe as the gRPC ones (`preflight.network_conf`) -- and each
+problem exits with status 2 and one line naming it.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import sys
 import uuid
 from typing import Any
 
+from mirrorline import grpcsecure
 from mirrorline.core.errors import ConfigError
 from mirrorline.runtime import configure_logging
 
@@ -49,7 +51,10 @@ def _spark_executor(args: argparse.Namespace) -> int:
 
         preflight.check_pyspark()
         preflight.check_master(args.master)
-        conf = preflight.parse_spark_conf(args.spark_conf)
+        security = grpcsecure.current().settings
+        conf = preflight.network_conf(preflight.parse_spark_conf(args.spark_conf),
+                                      master=args.master, bind=args.bind, tls=security.tls,
+                                      insecure=security.insecure)
         preflight.java_executable()
     except ConfigError as exc:
         print(f"mirrorline: configuration error: {exc}", file=sys.stderr)

@@ -10,6 +10,7 @@ controller that does not lead (with the leader's address in the trailing metadat
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from typing import Any, NoReturn, Protocol
 
@@ -22,8 +23,9 @@ from mirrorline.controller.drift import DriftAdmin
 from mirrorline.controller.failback import Failback, FailbackError, ScrapeRefused, confirmation
 from mirrorline.controller.forwarding import announced_channel, forward
 from mirrorline.controller.workers import WorkerRegistry
+from mirrorline.core.bounds import MAX_FAILOVER_GROUPS
 from mirrorline.core.control import ControlState, FlowRecord, Outcome
-from mirrorline.core.errors import ConfigError
+from mirrorline.core.errors import ConfigError, one_line, quoted
 from mirrorline.core.flowdefs import (
     Definition,
     check_keys,
@@ -34,6 +36,7 @@ from mirrorline.core.flowdefs import (
     property_of,
 )
 from mirrorline.core.settings import MirrorSettings
+from mirrorline.grpcsecure import MAX_MESSAGE_BYTES
 from mirrorline.v1 import (
     admin_pb2,
     admin_pb2_grpc,
@@ -47,7 +50,13 @@ from mirrorline.v1 import (
     spark_pb2,
 )
 
+log = logging.getLogger(__name__)
+
 Context = grpc.aio.ServicerContext[Any, Any]
+
+#: Largest answer the Admin API builds before it changes anything (gRPC's message limit,
+#: less room for the framing).
+MAX_REPLY_BYTES = MAX_MESSAGE_BYTES - 64 * 1024
 
 
 class ControllerContext(Protocol):
@@ -110,7 +119,8 @@ class AdminServicer(DriftAdmin, admin_pb2_grpc.AdminServicer):
         properties = dict(record.properties)
         for key in request.unset:
             if key not in properties:
-                await _invalid(context, f"unset.{key}", "is not set on this flow")
+                shown = key if key.isprintable() and len(key) <= 100 else quoted(key, 100)
+                await _invalid(context, f"unset.{shown}", "is not set on this flow")
             del properties[key]
         properties.update(request.set)
         definition = Definition(record.source, record.target, properties)
@@ -151,7 +161,7 @@ class AdminServicer(DriftAdmin, admin_pb2_grpc.AdminServicer):
     async def ImportFlows(self, request: admin_pb2.ImportFlowsRequest,
                           context: Context) -> admin_pb2.ImportFlowsResponse:
         epoch = await self._c.require_leader(context)
-        source = request.source_name or "imported file"
+        source = (request.source_name or "imported file")[:200]  # named in every error
         try:
             definitions, warnings = import_definitions(request.properties, source=source)
         except ConfigError as exc:
@@ -163,20 +173,33 @@ class AdminServicer(DriftAdmin, admin_pb2_grpc.AdminServicer):
                    for n, r in self._c.state.flows.items()}
         reply.warnings.extend(d for d in differences(definitions, current)
                               if "not enabled in the file" in d)
+        # The whole answer is known, and known to fit in a reply, before anything is
+        # appended: an answer over gRPC's limit would reach the caller as
+        # RESOURCE_EXHAUSTED after the flows had been changed (and audited OK).
+        changes: list[tuple[str, flows_pb2.FlowSpec]] = []
         for name, definition in definitions.items():
             spec = flows_pb2.FlowSpec(source=definition.source, target=definition.target,
                                       properties=dict(definition.properties))
             existing = current.get(name)
             if existing is None:
-                await self._append(context, epoch,
-                                   flow_created=control_pb2.FlowCreated(spec=spec))
+                changes.append(("created", spec))
                 reply.created.append(name)
             elif dict(existing.properties) != dict(definition.properties):
-                await self._append(context, epoch,
-                                   flow_updated=control_pb2.FlowUpdated(spec=spec))
+                changes.append(("updated", spec))
                 reply.updated.append(name)
             else:
                 reply.unchanged.append(name)
+        if reply.ByteSize() > MAX_REPLY_BYTES:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, (
+                f"the answer would be {reply.ByteSize()} bytes, over {MAX_REPLY_BYTES}; "
+                "nothing was imported: import fewer flows at once"))
+        for change, spec in changes:
+            if change == "created":
+                await self._append(context, epoch,
+                                   flow_created=control_pb2.FlowCreated(spec=spec))
+            else:
+                await self._append(context, epoch,
+                                   flow_updated=control_pb2.FlowUpdated(spec=spec))
         return reply
 
     # -- status -----------------------------------------------------------------------
@@ -237,6 +260,10 @@ class AdminServicer(DriftAdmin, admin_pb2_grpc.AdminServicer):
         await self._existing(request.flow, context)
         if not request.groups:
             await _invalid(context, "groups", "name at least one consumer group")
+        if len(request.groups) > MAX_FAILOVER_GROUPS:
+            await _invalid(context, "groups", f"the call names {len(request.groups)} groups; "
+                           f"at most {MAX_FAILOVER_GROUPS} per call: split them over several "
+                           "calls")
         stub = await self._checkpointer(context)
         reply: failover_pb2.FailoverPlan = await forward(
             context, stub.PlanFailover, request, 30)
@@ -388,16 +415,18 @@ class AdminServicer(DriftAdmin, admin_pb2_grpc.AdminServicer):
                              controller_id=self._c.controller_id, flow=flow or None)
 
     def _flow(self, record: FlowRecord) -> admin_pb2.Flow:
-        partitions = status.partition_statuses(self._c.state, self._c.registry, record.name)
+        partitions = status.partition_statuses(self._c.state, self._c.registry, record.name,
+                                               self._c.discoveries.desired())
         summary = status.flow_summary(record, partitions, self._c.discoveries)
         return status.flow_message(record, summary)
 
     async def _existing(self, name: str, context: Context) -> FlowRecord:
         if "->" not in name:
-            await _invalid(context, "name", f"{name!r} is not a flow name (source->target)")
+            await _invalid(context, "name", f"{quoted(name)} is not a flow name (source->target)")
         record = self._c.state.flows.get(name)
         if record is None:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"flow {name} does not exist")
+            shown = name if name.isprintable() and len(name) <= 200 else quoted(name)
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"flow {shown} does not exist")
         assert record is not None
         return record
 
@@ -411,6 +440,10 @@ class AdminServicer(DriftAdmin, admin_pb2_grpc.AdminServicer):
             where = (f"spec.{field_name}" if field_name in ("source", "target")
                      else f"{prefix}.{field_name}")
             await _invalid(context, where, exc.message)
+        except Exception as exc:  # not a configuration error, but still not storable:
+            # refused like one, so no follower ever has to apply it.
+            log.debug("validating %s failed", definition.name, exc_info=True)
+            await _invalid(context, prefix, f"cannot be applied: {one_line(exc)}")
 
     async def _append(self, context: Context, epoch: int, **event: Any) -> None:
         record = control_pb2.ControlRecord(epoch=epoch, controller_id=self._c.controller_id,

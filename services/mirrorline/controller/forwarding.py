@@ -35,7 +35,14 @@ async def announced_channel(context: Context, registry: WorkerRegistry, service:
 
 
 async def forward(context: Context, call: Any, request: Any, timeout: float) -> Any:
-    """`call(request)`; its failure aborts this call with the same code and details."""
+    """`call(request)`; its failure aborts this call with the same code and details.
+
+    The forwarded call ends by the caller's deadline when that is sooner than `timeout`:
+    the service stops working on an answer nobody waits for (and a cancelled caller
+    cancels it too, this handler being cancelled)."""
+    remaining = context.time_remaining()
+    if remaining is not None:
+        timeout = max(0.0, min(timeout, remaining))
     try:
         return await call(request, timeout=timeout)
     except grpc.aio.AioRpcError as exc:

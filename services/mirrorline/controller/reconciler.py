@@ -10,7 +10,7 @@ from mirrorline.controller.discovery import Discoveries
 from mirrorline.controller.workers import WorkerRegistry
 from mirrorline.core.assignment import PartitionKey
 from mirrorline.core.control import ControlState, Outcome, partition_refs
-from mirrorline.core.errors import ConfigError
+from mirrorline.core.errors import ConfigError, one_line
 from mirrorline.core.flowdefs import Definition, flow_settings
 from mirrorline.core.offload import OffloadPolicy
 from mirrorline.core.reconcile import plan
@@ -35,8 +35,12 @@ class Reconciler:
         self._last_review = time.monotonic()
         #: Partitions revoked to be moved -> the worker they were moved for (this term only).
         self._destined: dict[PartitionKey, str] = {}
-        #: Flows whose definition no longer fits the deployment (e.g. a cluster removed).
+        #: Flows whose definition no longer fits the deployment (e.g. a cluster removed)
+        #: or cannot be applied at all.
         self.broken: dict[str, str] = {}
+        #: The flow version each broken flow was refused at: not tried again until it
+        #: changes, so one bad record costs one attempt, not one per round.
+        self._refused: dict[str, int] = {}
         #: Which partitions run on the Spark executor (issue 8).
         self.offload = OffloadPolicy()
 
@@ -51,16 +55,27 @@ class Reconciler:
         tracked = []
         broken: dict[str, str] = {}
         for name, record in state.flows.items():
+            if self._refused.get(name) == record.version and name in self.broken:
+                broken[name] = self.broken[name]
+                continue
             try:
                 settings = flow_settings(self._deployment,
                                          Definition(record.source, record.target,
                                                     record.properties))
             except ConfigError as exc:
                 broken[name] = f"the flow does not fit this deployment: {exc}"
+            except Exception as exc:  # any failure is this flow's; the others go on
+                broken[name] = f"its definition cannot be applied: {one_line(exc)}"
+                log.debug("flow %s: applying its definition failed", name, exc_info=True)
+            else:
+                tracked.append((settings, record.version))
                 continue
-            tracked.append((settings, record.version))
-        for name in broken.keys() - self.broken.keys():
-            log.warning("flow %s is not run: %s", name, broken[name])
+            self._refused[name] = record.version
+        for name in sorted(broken):
+            if broken[name] != self.broken.get(name):  # said once per reason
+                log.warning("flow %s is not run: %s", name, broken[name])
+        for name in self._refused.keys() - broken.keys():
+            del self._refused[name]
         self.broken = broken
         self._discoveries.broken = broken
         self._discoveries.sync(tracked)

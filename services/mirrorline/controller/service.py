@@ -37,6 +37,7 @@ from mirrorline.controlplane.lease import LeaseBoard
 from mirrorline.controlplane.log import ControlLog
 from mirrorline.core.backoff import Backoff
 from mirrorline.core.control import ControlState, Outcome
+from mirrorline.core.errors import one_line
 from mirrorline.core.flowdefs import Definition, differences, file_definitions
 from mirrorline.core.settings import MirrorSettings
 from mirrorline.grpcserver import ServiceServer
@@ -84,6 +85,8 @@ class ControllerService:
         self._wake = asyncio.Event()
         self.discoveries = Discoveries(admins, on_refreshed=self._wake.set)
         self._reconciler = Reconciler(deployment, self.discoveries, self.registry)
+        #: Why the last reconciliation round failed (a bug); None when it did not.
+        self._reconcile_error: str | None = None
         self._control: ControlLog | None = None
         self._leases: LeaseBoard | None = None
         self._election: Election | None = None
@@ -113,6 +116,10 @@ class ControllerService:
             return False, self._probe.error or f"home cluster {self.home!r} unreachable"
         if self._control is not None and self._control.regressed is not None:
             return False, self._control.regressed
+        if self._control is not None and self._control.failed is not None:
+            return False, self._control.failed
+        if self._reconcile_error is not None:
+            return False, f"reconciliation failed: {self._reconcile_error}"
         now = time.monotonic()
         recent = [t for t in self._changes if now - t < FLAP_WINDOW_S]
         if len(recent) >= FLAP_CHANGES:
@@ -320,8 +327,14 @@ class ControllerService:
                         log.warning("an append was stale: this controller was deposed")
                 except (KafkaError, OSError, TimeoutError) as exc:  # a cluster does not answer
                     log.warning("reconciliation failed: %s; retrying", explain(exc))
-                except Exception:  # a bug: log it whole, retry next round
-                    log.exception("reconciliation failed")
+                except Exception as exc:  # a bug: say it once, retry next round
+                    reason = one_line(exc)
+                    if reason != self._reconcile_error:
+                        log.error("reconciliation failed: %s; retrying every round", reason)
+                        log.debug("reconciliation failed", exc_info=True)
+                    self._reconcile_error = reason
+                else:
+                    self._reconcile_error = None
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), 1.0)
 

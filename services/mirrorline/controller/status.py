@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 
 from mirrorline.controller.discovery import Discoveries
 from mirrorline.controller.workers import WorkerRegistry
 from mirrorline.core.assignment import PartitionKey
 from mirrorline.core.control import ControlState, FlowRecord
+from mirrorline.core.reconcile import let_go
 from mirrorline.v1 import admin_pb2, flows_pb2, spark_pb2
 
 
 def partition_statuses(state: ControlState, registry: WorkerRegistry,
-                       flow: str | None = None) -> list[flows_pb2.PartitionStatus]:
-    """Every assigned (or moving) partition, as its owner last reported it."""
+                       flow: str | None = None,
+                       desired: Mapping[PartitionKey, str] | None = None
+                       ) -> list[flows_pb2.PartitionStatus]:
+    """Every assigned (or moving) partition, as its owner last reported it. A partition
+    released and not `desired` any more (a narrowed filter) is done with, not shown."""
     reported: dict[tuple[PartitionKey, str], flows_pb2.PartitionStatus] = {}
     live = registry.live()
     for worker, view in registry.workers.items():
@@ -22,7 +27,8 @@ def partition_statuses(state: ControlState, registry: WorkerRegistry,
         for p in view.shown:
             reported[(PartitionKey(p.flow, p.source_topic, p.partition), worker)] = p
     out: list[flows_pb2.PartitionStatus] = []
-    keys = sorted({*state.owners, *state.revoking})
+    gone = let_go(state, registry.reports(), desired) if desired is not None else set()
+    keys = sorted({*state.owners, *(k for k in state.revoking if k not in gone)})
     for key in keys:
         if flow and key.flow != flow:
             continue
@@ -79,7 +85,7 @@ def _why_no_partitions(record: FlowRecord, discoveries: Discoveries) -> str:
 
 def report(state: ControlState, registry: WorkerRegistry, discoveries: Discoveries, *,
            controller_id: str, flow: str | None = None) -> admin_pb2.StatusReport:
-    partitions = partition_statuses(state, registry, flow)
+    partitions = partition_statuses(state, registry, flow, discoveries.desired())
     flows = [flow_summary(r, partitions, discoveries) for name, r in sorted(state.flows.items())
              if not flow or name == flow]
     live = registry.live()

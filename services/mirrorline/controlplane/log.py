@@ -29,6 +29,7 @@ from aiokafka import AIOKafkaProducer
 
 from mirrorline.core.bad_records import BadRecords
 from mirrorline.core.control import ControlState, Outcome
+from mirrorline.core.errors import one_line
 from mirrorline.kafka.admin import ClusterAdmin, TopicSpec
 from mirrorline.kafka.reader import TopicReader
 from mirrorline.v1 import control_pb2
@@ -63,6 +64,9 @@ class ControlLog:
         #: Why the log cannot be trusted right now (it went backwards); None when fine.
         self.regressed: str | None = None
         self._suspect: str | None = None
+        #: Why following the log stopped for good (health says NOT_SERVING); None while
+        #: it is followed.
+        self.failed: str | None = None
 
     @property
     def undecodable(self) -> int:
@@ -96,8 +100,17 @@ class ControlLog:
         if self._producer is not None:
             await self._producer.start()
         self._task = asyncio.create_task(self._tail(), name="control log")
+        self._task.add_done_callback(self._tail_ended)
         log.info("control log %s replayed up to offset %d (epoch %d, %d flows)", self.topic,
                  self.state.applied_offset, self.state.epoch, len(self.state.flows))
+
+    def _tail_ended(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled():
+            return
+        exc = task.exception()
+        self.failed = ("following the control log stopped"
+                       + (f": {one_line(exc)}" if exc is not None else ""))
+        log.error("%s", self.failed)
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -213,7 +226,12 @@ class ControlLog:
         if record is None:
             self.state.applied_offset = offset
             return
-        outcome = self.state.apply(offset, record)
+        try:
+            outcome = self.state.apply(offset, record)
+        except Exception as exc:  # a record that decodes but cannot be folded in
+            self.state.applied_offset = offset
+            self.bad_records.skip(self.topic, 0, offset, one_line(exc))
+            outcome = Outcome.INVALID
         self._outcomes[offset] = outcome
         self._digests[offset] = _digest(value or b"")
         while len(self._outcomes) > 10_000:
@@ -225,7 +243,12 @@ class ControlLog:
                      record.WhichOneof("event"), record.controller_id, record.epoch,
                      outcome.value)
         for listener in self._listeners:
-            listener(offset, record, outcome)
+            try:
+                listener(offset, record, outcome)
+            except Exception as exc:  # a listener's failure is its own, not the reader's
+                log.error("control log offset %d: a listener failed: %s", offset,
+                          one_line(exc))
+                log.debug("the listener's failure", exc_info=True)
 
 
 def _digest(payload: bytes) -> bytes:

@@ -140,6 +140,11 @@ def _allowed(provider: _Provider, path: str) -> None:
         return
     target = os.path.normpath(os.path.abspath(path))
     roots = [os.path.normpath(p.strip()) for p in allowed.split(",") if p.strip()]
+    relative = next((r for r in roots if not os.path.isabs(r)), None)
+    if relative is not None:  # as Kafka's AllowedPaths: every allowed path is absolute
+        raise ProviderError(f"config.providers.{provider.name}.param.allowed.paths: "
+                            f"{relative!r} is not an absolute path",
+                            f"config.providers.{provider.name}.param.allowed.paths")
     if not any(target == r or target.startswith(r.rstrip("/") + "/") for r in roots):
         raise ProviderError(f"{path!r} is outside config.providers.{provider.name}.param."
                             f"allowed.paths ({allowed})")

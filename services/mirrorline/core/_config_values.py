@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Final
 
 from mirrorline.core import _config_keys as keys
+from mirrorline.core.errors import quoted
 from mirrorline.core.policy import PolicyKind, policy_kind
 
 SECURITY_PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -33,7 +34,7 @@ class BadValue(ValueError):
 
 def shown(key: str, value: str) -> str:
     """The value as it may appear in a message: quoted, or hidden for secret keys."""
-    return "[hidden]" if keys.is_secret(key) else repr(value)
+    return "[hidden]" if keys.is_secret(key) else quoted(value)
 
 
 def parse_bool(value: str) -> bool:

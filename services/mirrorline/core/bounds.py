@@ -20,6 +20,9 @@ MAX_STRING: Final = 16_384
 MAX_ID: Final = 256
 #: Most entries of a repeated or map field.
 MAX_ENTRIES: Final = 10_000
+#: Most consumer groups one failover call (plan, execute, to a time) covers: the work of
+#: a call grows with its groups, and a bigger failover is several calls.
+MAX_FAILOVER_GROUPS: Final = 1_000
 #: Fields allowed to be longer: full field name -> bound.
 LONGER: Final = {
     "mirrorline.v1.ImportFlowsRequest.properties": 1_048_576,

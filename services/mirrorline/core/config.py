@@ -87,7 +87,8 @@ DIFFERENCES_FROM_MM2: Final[tuple[str, ...]] = (
     "Config providers: only Kafka's EnvVarConfigProvider, FileConfigProvider and "
     "DirectoryConfigProvider exist, and they resolve every value of the file; a reference "
     "that cannot be resolved (undeclared provider, unset variable, missing file or key) is "
-    "an error, where Kafka leaves the ${...} text in the value.",
+    "an error, where Kafka leaves the ${...} text in the value. They never resolve flow "
+    "properties sent through the Admin API (a reference there is refused).",
     "A value containing ' #' is reported on every start (Java properties have no inline "
     "comments, so the comment is part of the value); the value itself is read as MM2 reads "
     "it.",
@@ -168,6 +169,7 @@ class _Loader:
         ]
         #: Keys whose value came from a config provider, and the resolved strings: secrets.
         self.resolved: set[str] = set()
+        self.secrets: frozenset[str] = frozenset()
         secrets: list[str] = []
         self.entries = self._resolve([Property(p.key, p.value.strip(JAVA_TRIM), p.line)
                                       for p in self.raw.values()], secrets)
@@ -201,6 +203,9 @@ class _Loader:
 
     def error(self, entry: Property | None, key: str, message: str) -> ConfigError:
         line = entry.line if entry is not None else None
+        # No message quotes what a config provider resolved, whatever check produced it.
+        for secret in sorted(self.secrets, key=len, reverse=True):
+            message = message.replace(secret, "[hidden]")
         return ConfigError(entry.key if entry is not None else key, message, line=line,
                            source=self.source)
 

@@ -20,8 +20,13 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Final, Literal, Protocol
 
-from mirrorline.core.errors import ConfigError
-from mirrorline.core.javaregex import JavaPattern, JavaRegexIncompatible, compile_java
+from mirrorline.core.errors import ConfigError, quoted
+from mirrorline.core.javaregex import (
+    JavaPattern,
+    JavaRegexIncompatible,
+    PatternTooLarge,
+    compile_java,
+)
 from mirrorline.core.policy import ReplicationPolicy, is_cycle
 
 __all__ = [
@@ -91,20 +96,25 @@ def compile_patterns(patterns: Sequence[str], *, key: str) -> JavaPattern | None
     """
     if not patterns:
         return None
-    for pattern in patterns:
+    for number, pattern in enumerate(patterns, 1):
         try:
             compile_java(pattern)
+        except PatternTooLarge as e:
+            # Named by its place and first characters: the whole of it would flood the
+            # error, the log and the caller's screen.
+            raise ConfigError(key, f"pattern {number} ({quoted(pattern, 40)}) cannot be used: "
+                                   f"{e}") from None
         except JavaRegexIncompatible as e:
-            raise ConfigError(key, f"pattern {pattern!r} cannot be used: {e}") from None
+            raise ConfigError(key, f"pattern {quoted(pattern)} cannot be used: {e}") from None
         except re.error as e:
-            raise ConfigError(key, f"pattern {pattern!r} is not a valid regular expression: "
+            raise ConfigError(key, f"pattern {quoted(pattern)} is not a valid regular expression: "
                                    f"{e.msg}") from None
     joined = "|".join(patterns)
     try:
-        return compile_java(joined)
+        return compile_java(joined, bound_length=False)
     except (JavaRegexIncompatible, re.error) as e:
-        raise ConfigError(key, f"patterns {list(patterns)!r} do not combine into one regular "
-                               f"expression {joined!r}: {e}") from None
+        raise ConfigError(key, f"patterns {quoted(', '.join(patterns))} do not combine into one "
+                               f"regular expression {quoted(joined)}: {e}") from None
 
 
 # --------------------------------------------------------------------------------------------

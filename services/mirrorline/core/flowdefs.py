@@ -18,8 +18,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from mirrorline.core._config_keys import DEPRECATED_ALIASES, FLOW_KEYS
+from mirrorline.core._config_providers import has_reference
 from mirrorline.core.config import parse_config
-from mirrorline.core.errors import ConfigError
+from mirrorline.core.errors import ConfigError, quoted
 from mirrorline.core.properties import format_property, last_wins, parse_properties
 from mirrorline.core.settings import FlowSettings, MirrorSettings
 
@@ -69,15 +70,63 @@ def file_defaults(settings: MirrorSettings) -> dict[str, str]:
     return out
 
 
+#: Characters no flow property may hold: C0 and C1 controls but tab (NUL, ESC starts a
+#: terminal escape sequence), DEL, Unicode's bidirectional overrides and isolates, and the
+#: line and paragraph separators. Each can rewrite or reorder what a viewer's terminal shows.
+_UNPRINTABLE = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028"
+                          "\u2029\u202a-\u202e\u2066-\u2069]")
+
+
 def check_keys(properties: Mapping[str, str]) -> None:
     """Only flow-level MM2 properties belong in a definition (secrets and client
-    settings stay in the deployment's file, never in the control log)."""
+    settings stay in the deployment's file, never in the control log), and their values
+    hold no control, bidi or terminal escape characters."""
     for key in sorted(properties):
         if key not in DEFINITION_KEYS:
-            raise ConfigError(key, "is not a flow property (flow properties are MM2's "
-                                   "connector keys such as topics, topics.exclude, "
-                                   "replication.policy.class, offset.lag.max; cluster and "
-                                   "client settings belong in the properties file)")
+            raise ConfigError(_shown_key(key),
+                              "is not a flow property (flow properties are MM2's "
+                              "connector keys such as topics, topics.exclude, "
+                              "replication.policy.class, offset.lag.max; cluster and "
+                              "client settings belong in the properties file)")
+        found = _UNPRINTABLE.search(properties[key])
+        if found is not None:
+            raise ConfigError(key, f"holds U+{ord(found.group()):04X} at position "
+                                   f"{found.start()}: flow properties may not hold control, "
+                                   "bidirectional or terminal escape characters")
+
+
+def _file_values(deployment: MirrorSettings, key: str) -> set[str]:
+    """What the deployment's file writes for `key`, at top level or for any of its flows
+    (a reverse flow made by a failback carries its forward flow's properties)."""
+    names = {key} | {old for old, new in DEPRECATED_ALIASES.items() if new == key}
+    found: set[str] = set()
+    for raw_key, value in deployment.raw.items():
+        for name in names:
+            if raw_key == name:
+                found.add(value.strip())
+            elif raw_key.endswith("." + name):
+                source, arrow, target = raw_key[:-len(name) - 1].partition("->")
+                if arrow and source in deployment.clusters and target in deployment.clusters:
+                    found.add(value.strip())
+    return found
+
+
+def check_references(deployment: MirrorSettings, definition: Definition) -> None:
+    """Config providers resolve only what the deployment's file writes.
+
+    A `${provider:path:key}` reference in a definition is refused unless it is, character
+    for character, a value the file itself writes for that property (top level or for one
+    of its flows: a flow seeded or imported from the file): it then resolves to what the
+    file configures anyway. Any other reference -- sent through the Admin API, imported,
+    or forged in the control log -- would let its author read the controller's files and
+    environment.
+    """
+    for key, value in sorted(definition.properties.items()):
+        if has_reference(value) and value.strip() not in _file_values(deployment, key):
+            raise ConfigError(f"{definition.name}.{key}", (
+                "holds a config provider reference (${...}); config providers resolve only "
+                "the deployment's own properties file, never flow properties sent through "
+                "the Admin API or an import: write the value itself"))
 
 
 def compose(deployment: MirrorSettings, definitions: Iterable[Definition], *,
@@ -107,6 +156,7 @@ def compose(deployment: MirrorSettings, definitions: Iterable[Definition], *,
         if d.source == d.target:
             raise ConfigError("target", "a flow needs two different clusters")
         check_keys(d.properties)
+        check_references(deployment, d)
         lines.append(format_property(f"{d.name}.enabled", "true"))
         lines.extend(format_property(f"{d.name}.{k}", v) for k, v in sorted(d.properties.items()))
     return parse_config("\n".join(lines) + "\n", source=source)
@@ -149,6 +199,10 @@ def _shown(value: str | None) -> str:
 
 #: Most flows one import may name: enough for any real deployment, and cheap to validate.
 MAX_IMPORT_FLOWS = 256
+#: Most ignored keys an import's reply names one by one: the reply stays far below gRPC's
+#: message limit whatever the import holds (a reply over it would reach the caller as
+#: RESOURCE_EXHAUSTED after the flows were applied).
+MAX_IMPORT_WARNINGS = 50
 _FLOW_KEY = re.compile(r"^([^\s>]+?)->([^\s>]+?)\.(.+)$")
 
 
@@ -169,6 +223,10 @@ def flow_level_text(text: str, *, source: str | None = None) -> tuple[str, list[
     return "\n".join(kept) + "\n", dropped
 
 
+def _shown_key(key: str) -> str:
+    return key if key.isprintable() and len(key) <= 100 else quoted(key, 100)
+
+
 def _is_flow_level(key: str) -> bool:
     if key in DEFINITION_KEYS:
         return True
@@ -186,15 +244,18 @@ def import_definitions(text: str, *, source: str | None = None
     `MAX_IMPORT_FLOWS` flows is refused before any of them is built.
     """
     raw = {k: e.value.strip() for k, e in last_wins(parse_properties(text, source=source)).items()}
-    warnings = [f"{key}: ignored (only flow properties are imported; cluster, client and "
-                "security settings come from the deployment's own file)"
-                for key in sorted(raw) if not _is_flow_level(key)]
+    ignored = [key for key in sorted(raw) if not _is_flow_level(key)]
+    warnings = [f"{_shown_key(key)}: ignored (only flow properties are imported; cluster, "
+                "client and security settings come from the deployment's own file)"
+                for key in ignored[:MAX_IMPORT_WARNINGS]]
+    if len(ignored) > MAX_IMPORT_WARNINGS:
+        warnings.append(f"... and {len(ignored) - MAX_IMPORT_WARNINGS} more keys ignored")
     enabled: list[tuple[str, str]] = []
     for key, value in raw.items():
         m = _FLOW_KEY.match(key)
         if m is not None and m.group(3) == "enabled":
             if value.lower() not in ("true", "false"):
-                raise ConfigError(key, f"must be true or false, not {value!r}")
+                raise ConfigError(_shown_key(key), f"must be true or false, not {quoted(value)}")
             if value.lower() == "true":
                 enabled.append((m.group(1), m.group(2)))
                 if len(enabled) > MAX_IMPORT_FLOWS:

@@ -55,6 +55,22 @@ class JavaRegexIncompatible(Exception):
     """A construct that is not valid, or not equivalent, in both regex dialects."""
 
 
+class PatternTooLarge(JavaRegexIncompatible):
+    """A pattern over `MAX_PATTERN_LENGTH` characters or `MAX_PATTERN_DEPTH` nested groups.
+
+    Checked before anything parses the pattern: Python's parser recurses once per nested
+    group, so a pattern nested a few hundred groups deep would raise RecursionError in
+    every service that compiles it (the control log carries patterns to all of them).
+    """
+
+
+#: Most characters in one pattern (one item of a LIST property such as `topics`).
+MAX_PATTERN_LENGTH: Final = 4_096
+#: Most groups nested inside each other in one pattern (inline flags such as `(?i)`
+#: count as one level each, since they become a scoped group).
+MAX_PATTERN_DEPTH: Final = 32
+
+
 _REJECTED_ESCAPES: Final = {
     "p": r"\p{...} (Unicode property class)",
     "P": r"\P{...} (negated Unicode property class)",
@@ -101,6 +117,8 @@ class _JavaRegexTranslator:
         self._i = 0
         self._out: list[str] = []
         self._frames = [_Frame()]
+        #: Groups open now, counting the scoped groups inline flags open.
+        self._depth = 0
         #: Whether any part of the pattern matches case-insensitively.
         self.folds = False
 
@@ -132,6 +150,17 @@ class _JavaRegexTranslator:
         # parentheses are left for `re` to report.
         self._out.append(")" * self._frames[0].open_wrappers)
         return "".join(self._out)
+
+    def _push(self) -> None:
+        self._frames.append(_Frame())
+        self._deeper(1)
+
+    def _deeper(self, levels: int) -> None:
+        self._depth += levels
+        if self._depth > MAX_PATTERN_DEPTH:
+            raise PatternTooLarge(
+                f"it nests groups more than {MAX_PATTERN_DEPTH} deep (at position "
+                f"{self._i}); at most {MAX_PATTERN_DEPTH} levels are allowed")
 
     def _emit(self, text: str, next_index: int) -> None:
         self._out.append(text)
@@ -225,20 +254,20 @@ class _JavaRegexTranslator:
     def _open_group(self) -> None:
         p, i = self._p, self._i
         if not p.startswith("(?", i):
-            self._frames.append(_Frame())
+            self._push()
             self._emit("(", i + 1)
             return
         rest = p[i + 2:i + 4]
         if rest[:1] in (":", "=", "!", ">") or rest in ("<=", "<!"):
             size = 3 if rest[:1] != "<" else 4
-            self._frames.append(_Frame())
+            self._push()
             self._emit(p[i:i + size], i + size)
             return
         if rest[:1] == "<":
             m = _GROUP_NAME.match(p, i + 3)
             if m is None:
                 raise JavaRegexIncompatible("malformed named group (?<name>...)")
-            self._frames.append(_Frame())
+            self._push()
             self._emit(f"(?P<{m.group(1)}>", m.end())
             return
         if rest[:1] in ("P", "#", "("):
@@ -247,7 +276,7 @@ class _JavaRegexTranslator:
         m = _FLAG_GROUP.match(p, i)
         if m is None:
             self._emit("(?", i + 2)  # unknown construct: `re` reports it
-            self._frames.append(_Frame())
+            self._push()
             return
         on, off, end = m.group(1), m.group(2) or "", m.group(3)
         if "i" in on:
@@ -262,13 +291,14 @@ class _JavaRegexTranslator:
             raise JavaRegexIncompatible("empty inline flag group")
         scoped = f"(?{on}-{off}:" if off else f"(?{on}:"
         if end == ":":
-            self._frames.append(_Frame())
+            self._push()
             self._emit(scoped, m.end())
             return
         # "(?i)" changes the flags for the rest of the enclosing group.
         frame = self._frames[-1]
         frame.open_wrappers += 1
         frame.sticky_flags.append(scoped)
+        self._deeper(1)
         self._emit(scoped, m.end())
 
     def _close_group(self) -> None:
@@ -276,11 +306,13 @@ class _JavaRegexTranslator:
             self._emit(")", self._i + 1)  # unbalanced: `re` reports it
             return
         frame = self._frames.pop()
+        self._depth -= frame.open_wrappers + 1
         self._emit(")" * frame.open_wrappers + ")", self._i + 1)
 
     def _alternative(self) -> None:
         frame = self._frames[-1]
         text = ")" * frame.open_wrappers + "|" + "".join(frame.sticky_flags)
+        self._deeper(len(frame.sticky_flags) - frame.open_wrappers)
         frame.open_wrappers = len(frame.sticky_flags)
         self._emit(text, self._i + 1)
 
@@ -309,8 +341,13 @@ class JavaPattern:
         return f"JavaPattern({self.pattern!r})"
 
 
-def compile_java(pattern: str) -> JavaPattern:
-    """Compile one Java pattern; raises `JavaRegexIncompatible` or `re.error`."""
+def compile_java(pattern: str, *, bound_length: bool = True) -> JavaPattern:
+    """Compile one Java pattern; raises `JavaRegexIncompatible` (`PatternTooLarge` over
+    the bounds) or `re.error`. `bound_length=False` is for a list's items joined into
+    one pattern, each item already held to the bound (their number is not bounded)."""
+    if bound_length and len(pattern) > MAX_PATTERN_LENGTH:
+        raise PatternTooLarge(f"it is {len(pattern)} characters long; at most "
+                              f"{MAX_PATTERN_LENGTH} are allowed")
     translator = _JavaRegexTranslator(pattern)
     translated = translator.translate()
     with warnings.catch_warnings():

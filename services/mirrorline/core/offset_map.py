@@ -32,9 +32,11 @@ of that run:
 3. ``g`` inside a retained run: exact: ``downstream_start + (g - upstream_start)``.
 4. ``g`` in a gap between retained runs (the source had no records there: compaction,
    transaction markers, retention): exact: the ``downstream_start`` of the next run.
-5. ``g`` before the history (the first run, or the offset given to ``forget_before``: records
-   copied before the map existed, or forgotten): None -- the caller falls back to MM2's offset
-   syncs.
+5. ``g`` before the history (the first run -- or an empty run added before it, which says
+   the source has no record from there to the first run: the replicator publishes one when
+   it started fetching below its first record, as on a compacted topic --, or the offset
+   given to ``forget_before``: records copied before the map existed, or forgotten): None --
+   the caller falls back to MM2's offset syncs.
 
 Rules 1 and 2 take precedence over 3: offsets at or beyond ``M`` are stale copies that will be
 mirrored again after ``E`` (they are dropped anyway, see above).  An exact answer means: from
@@ -182,16 +184,22 @@ class OffsetMap:
     ) -> None:
         """Fold in one run read from the map topic (runs must be added in read order).
 
-        Empty runs (``count == 0``) are ignored.  A run landing below the end of the previous
-        one (the target partition was recreated) drops the partition's history; a run starting
-        below ``mapped_until`` (a replicator restart) drops what the map knew from there on.
+        An empty run (``count == 0``) marks a gap: the source has no record from
+        ``upstream_start`` up to the next run. Before any history it starts the history there
+        (a leading gap, e.g. a compacted topic's first offsets); otherwise it is ignored (the
+        gap between runs says as much). A run landing below the end of the previous one (the
+        target partition was recreated) drops the partition's history; a run starting below
+        ``mapped_until`` (a replicator restart) drops what the map knew from there on.
         """
         _check_offset("upstream_start", upstream_start)
         _check_offset("downstream_start", downstream_start)
         _check_offset("count", count)
-        if count == 0:
-            return
         part = self._parts.get((topic, partition))
+        if count == 0:
+            if part is None or (part.last is None and part.floor is None):
+                part = part or self._parts.setdefault((topic, partition), _Partition())
+                part.floor = upstream_start
+            return
         if part is None:
             part = self._parts[(topic, partition)] = _Partition()
         run = Run(upstream_start, count, downstream_start, part.next_seq)

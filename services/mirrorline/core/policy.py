@@ -27,6 +27,7 @@ from mirrorline.core.settings import PolicySettings
 
 __all__ = [
     "DEFAULT_SEPARATOR",
+    "FAUST_LEADER_SUFFIX",
     "POLICY_KINDS",
     "DefaultReplicationPolicy",
     "IdentityReplicationPolicy",
@@ -41,6 +42,8 @@ __all__ = [
 PolicyKind = Literal["default", "identity"]
 
 DEFAULT_SEPARATOR: Final = "."
+#: Faust's leader-election topic: `<app id>-__assignor-__leader`.
+FAUST_LEADER_SUFFIX: Final = "-__assignor-__leader"
 _HEARTBEATS: Final = "heartbeats"
 #: Mirrorline's canary topic (no MM2 counterpart); named and renamed like heartbeats.
 _CANARY: Final = "mirrorline-canary"
@@ -129,11 +132,22 @@ class ReplicationPolicy(ABC):
         return topic.endswith(".internal")
 
     def is_internal_topic(self, topic: str) -> bool:
-        """Topics that must never be replicated: MM2's own, Kafka's and Connect's."""
+        """Topics that must never be replicated: MM2's own, Kafka's and Connect's (the
+        rule of MM2's DefaultReplicationPolicy.isInternalTopic before KIP-1074), and the
+        leader-election topic of a faust app (`<app>-__assignor-__leader`, which the
+        heartbeat service's own faust apps create on each target cluster too): a copy of
+        it on another cluster would only confuse a faust app there.
+
+        Faust's `<app>-<table>-changelog` and `-repartition` topics are not internal here:
+        Kafka Streams names its topics the same way, MM2 mirrors them (KIP-1074 went
+        further and mirrors user topics that merely look internal), and mirroring a
+        state store's changelog is a legitimate disaster-recovery choice. `topics.exclude`
+        leaves them out (`.*-changelog, .*-repartition`). The heartbeat service's own
+        changelogs end in `.internal`."""
         return (
             self.is_mm2_internal_topic(topic)
             or topic.startswith(("__", "."))
-            or topic.endswith(("-internal", ".internal"))
+            or topic.endswith(("-internal", ".internal", FAUST_LEADER_SUFFIX))
         )
 
 

@@ -50,6 +50,27 @@ class Plan:
         return not (self.expire or self.revoke or self.grant)
 
 
+def released(state: ControlState, reports: Mapping[str, WorkerReport]) -> set[PartitionKey]:
+    """Revoked partitions whose old owner has confirmed letting go: its report, as of an
+    offset at or after the revoke, no longer lists them."""
+    out: set[PartitionKey] = set()
+    for key, was in state.revoking.items():
+        report = reports.get(was.worker_id)
+        if (report is not None and report.applied_offset >= was.offset
+                and key not in report.owned):
+            out.add(key)
+    return out
+
+
+def let_go(state: ControlState, reports: Mapping[str, WorkerReport],
+           desired: Mapping[PartitionKey, str]) -> set[PartitionKey]:
+    """Released partitions nobody should copy any more (their topic left the flow's
+    filter, or the topic is gone): done with, not "moving" anywhere. They stay in the
+    state's revoking table -- granted again if the filter takes them back -- but status
+    must not report them as a hand-over under way."""
+    return {k for k in released(state, reports) if k not in desired}
+
+
 def plan(state: ControlState, desired: Mapping[PartitionKey, str], live: Collection[str],
          reports: Mapping[str, WorkerReport], loads: Mapping[PartitionKey, float], *,
          expired: Collection[str], allow_moves: bool,
@@ -77,15 +98,9 @@ def plan(state: ControlState, desired: Mapping[PartitionKey, str], live: Collect
     gone = set(result.expire)
 
     # Partitions whose release is still outstanding may not be handed to anyone.
-    pending: set[PartitionKey] = set()
-    for key, was in state.revoking.items():
-        if was.worker_id in gone:
-            continue
-        report = reports.get(was.worker_id)
-        released = (report is not None and report.applied_offset >= was.offset
-                    and key not in report.owned)
-        if not released:
-            pending.add(key)
+    done = released(state, reports)
+    pending = {key for key, was in state.revoking.items()
+               if was.worker_id not in gone and key not in done}
 
     owners = {k: o for k, o in state.owners.items() if o.worker_id not in gone}
     revoke: dict[tuple[str, str], dict[PartitionKey, str]] = defaultdict(dict)

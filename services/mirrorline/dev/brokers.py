@@ -64,10 +64,26 @@ class LocalBroker:
     pid: int
     storage: str
     log_path: str
+    #: "tansu", or "kafka" for an Apache Kafka cluster recorded by `mirrorline dev brokers`
+    #: (`storage` is then its folder, `pid` and `port` those of its first node).
+    kind: str = "tansu"
+    #: Apache Kafka: every node's pid, the whole bootstrap list and the formatted cluster id.
+    pids: tuple[int, ...] = ()
+    servers: str = ""
+    cluster_id: str = ""
 
     @property
     def bootstrap(self) -> str:
-        return f"{LOOPBACK}:{self.port}"
+        return self.servers or f"{LOOPBACK}:{self.port}"
+
+    @property
+    def expected_cluster_id(self) -> str:
+        """The id the cluster must answer with (Tansu's is the alias it was started as)."""
+        return self.cluster_id or self.alias
+
+    @property
+    def all_pids(self) -> tuple[int, ...]:
+        return self.pids or (self.pid,)
 
 
 # --------------------------------------------------------------------------- ports
@@ -416,6 +432,10 @@ def load_state(state_dir: Path | None = None) -> dict[str, LocalBroker]:
                 pid=int(entry["pid"]),
                 storage=str(entry["storage"]),
                 log_path=str(entry["log_path"]),
+                kind=str(entry.get("kind", "tansu")),
+                pids=tuple(int(pid) for pid in entry.get("pids", ())),
+                servers=str(entry.get("servers", "")),
+                cluster_id=str(entry.get("cluster_id", "")),
             )
             for entry in data["brokers"]
         }

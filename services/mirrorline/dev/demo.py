@@ -17,7 +17,9 @@ from pathlib import Path
 
 from aiokafka import AIOKafkaProducer
 
-from mirrorline.dev.brokers import LocalBroker, start_broker, stop_broker_async
+from mirrorline.dev import kafka
+from mirrorline.dev.brokers import LocalBroker
+from mirrorline.dev.local import describe, start_local, stop_local
 from mirrorline.dev.portcheck import holder, is_free
 from mirrorline.kafka.admin import ClusterAdmin, TopicSpec
 from mirrorline.kafka.watermarks import high_watermarks, totals
@@ -131,8 +133,14 @@ async def watch(primary: LocalBroker, backup: LocalBroker, *, timeout: float,
     return False
 
 
-async def run_demo(workdir: Path, *, timeout: float = 180.0) -> int:
-    await asyncio.to_thread(workdir.mkdir, parents=True, exist_ok=True)
+async def run_demo(workdir: Path, *, timeout: float = 180.0, broker: str = "tansu") -> int:
+    await asyncio.to_thread((workdir / "logs").mkdir, parents=True, exist_ok=True)
+    if broker == "kafka":
+        try:
+            await asyncio.to_thread(kafka.require)
+        except kafka.KafkaNotInstalled as exc:
+            print(f"mirrorline: cannot start the demo: {exc}", file=sys.stderr)
+            return 1
     brokers: list[LocalBroker] = []
     run: asyncio.subprocess.Process | None = None
     try:
@@ -147,10 +155,11 @@ async def run_demo(workdir: Path, *, timeout: float = 180.0) -> int:
               f"--port-offset {offset} (controller on {GRPC_PORTS['controller'] + offset})")
     server = f"127.0.0.1:{GRPC_PORTS['controller'] + offset}"
     try:
-        print("starting local clusters 'primary' and 'backup' (Tansu)...", flush=True)
-        primary = await start_broker("primary", log_dir=workdir / "logs")
+        print(f"starting local clusters 'primary' and 'backup' ({describe(broker)})...",
+              flush=True)
+        primary = await start_local(broker, "primary", workdir)
         brokers.append(primary)
-        backup = await start_broker("backup", log_dir=workdir / "logs")
+        backup = await start_local(broker, "backup", workdir)
         brokers.append(backup)
         config = workdir / "mm2.properties"
         await asyncio.to_thread(config.write_text, demo_config(primary, backup))
@@ -182,8 +191,8 @@ async def run_demo(workdir: Path, *, timeout: float = 180.0) -> int:
             if run.returncode is None:
                 run.kill()
                 await run.wait()
-        for broker in brokers:
-            await stop_broker_async(broker.pid)
+        for started in brokers:
+            await stop_local(started)
         if brokers:
             print("stopped the local clusters")
 

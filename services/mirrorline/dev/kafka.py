@@ -32,6 +32,7 @@ from pathlib import Path
 from mirrorline.dev.brokers import (
     LOOPBACK,
     BrokerError,
+    LocalBroker,
     _children,
     free_port,
     is_alive,
@@ -273,6 +274,12 @@ class LocalKafkaCluster:
     def storage(self) -> str:
         return self.directory
 
+    def record(self) -> LocalBroker:
+        """The cluster as `mirrorline dev brokers` records it in its state file."""
+        return LocalBroker(alias=self.alias, port=self.port, pid=self.pid,
+                           storage=self.directory, log_path=self.log_path, kind="kafka",
+                           pids=self.pids, servers=self.bootstrap, cluster_id=self.cluster_id)
+
     def node(self, node_id: int) -> KafkaNode:
         for node in self.nodes:
             if node.node_id == node_id:
@@ -355,8 +362,11 @@ def _format(java_cmd: list[str], node: KafkaNode, cluster_id: str,
         command += ["--add-scram", entry]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
-        raise BrokerError(f"formatting {node.directory} failed:\n"
-                          + (done.stdout + done.stderr).strip()[-2000:])
+        # A Java stack trace says little; its exception lines say what is wrong.
+        lines = [line for line in (done.stdout + done.stderr).splitlines()
+                 if line.strip() and not line.startswith(("\tat ", "\t... "))]
+        raise BrokerError(f"cannot format the storage of Kafka node {node.node_id} in "
+                          f"{node.directory}:\n  " + "\n  ".join(lines[-8:]))
 
 
 def _launch_node(node: KafkaNode, detach: bool, jvm_opts: Sequence[str]) -> KafkaNode:

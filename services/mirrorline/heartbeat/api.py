@@ -27,6 +27,13 @@ class HeartbeatAdminServicer(admin_pb2_grpc.AdminServicer, heartbeat_pb2_grpc.He
     def __init__(self, service: HeartbeatService) -> None:
         self._s = service
 
+    async def _refused(self, flow: str, context: Context) -> None:
+        """A flow of the control log this service could not run: say why."""
+        if flow and flow in self._s.rejected and flow not in self._s.runners:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                                f"flow {flow} cannot be {self._s.verb} here: "
+                                f"{self._s.rejected[flow][1]}")
+
     async def Topology(self, request: heartbeat_pb2.TopologyRequest,
                        context: Context) -> heartbeat_pb2.TopologyReport:
         now = int(time.time() * 1000)
@@ -51,6 +58,7 @@ class HeartbeatAdminServicer(admin_pb2_grpc.AdminServicer, heartbeat_pb2_grpc.He
 
     async def Canary(self, request: heartbeat_pb2.CanaryRequest,
                      context: Context) -> heartbeat_pb2.CanaryReport:
+        await self._refused(request.flow, context)
         if request.flow and request.flow not in self._s.canaries:
             await context.abort(grpc.StatusCode.NOT_FOUND,
                                 f"flow: {request.flow!r} has no canary here")
@@ -65,6 +73,7 @@ class HeartbeatAdminServicer(admin_pb2_grpc.AdminServicer, heartbeat_pb2_grpc.He
                     context: Context) -> heartbeat_pb2.AuditReport:
         if not request.flow:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "flow: is required")
+        await self._refused(request.flow, context)
         if request.flow not in self._s.audited:
             await context.abort(grpc.StatusCode.NOT_FOUND,
                                 f"flow: {request.flow!r} is not audited here")

@@ -4,7 +4,7 @@ Java clients name trust and key stores by file and type, or give PEM inline; Pyt
 `ssl` module reads PEM files only. This turns each way Kafka allows into one context
 (PKCS12 and JKS stores go through `mirrorline.kafka.tls`), with Java's defaults: the
 broker's host name is verified unless `ssl.endpoint.identification.algorithm` is empty, and
-a store without a type is JKS, so a type-less store is accepted only when it is PEM.
+a store without a type is JKS (a type-less PEM file is read as PEM, for convenience).
 Passwords and keys never reach an error message.
 """
 
@@ -57,13 +57,14 @@ def _trust(c: ClientConfig) -> ssl.SSLContext:
         raise ConfigError("ssl.truststore.certificates",
                           "set either ssl.truststore.location or ssl.truststore.certificates")
     if location and store_type is None:
-        _require_pem_file(location, "ssl.truststore.location", "ssl.truststore.type")
-    if location and store_type == "JKS":
-        raise ConfigError("ssl.truststore.type", tls.jks_hint(location, "ssl.truststore.type"))
+        store_type = "PEM" if _is_pem(location, "ssl.truststore.location") else "JKS"
+    cadata: str | None = None
+    if location and store_type in ("PKCS12", "JKS"):
+        cadata = tls.store_trust_pem(location, c.get("ssl.truststore.password"),
+                                     jks=store_type == "JKS")
     try:
-        if location and store_type == "PKCS12":
-            return ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cadata=tls.pkcs12_trust_pem(
-                location, c.get("ssl.truststore.password")))
+        if cadata is not None:
+            return ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cadata=cadata)
         if inline:
             return ssl.create_default_context(ssl.Purpose.SERVER_AUTH,
                                               cadata=_normalise_pem(inline))
@@ -92,14 +93,13 @@ def _identity(c: ClientConfig, context: ssl.SSLContext) -> None:
                           "ssl.keystore.certificate.chain and ssl.keystore.key go together")
     # Never let OpenSSL prompt on the terminal for a missing key password.
     secret: str = password if password is not None else ""
-    if location and store_type == "JKS":
-        raise ConfigError("ssl.keystore.type", tls.jks_hint(location, "ssl.keystore.type"))
-    if location and store_type == "PKCS12":
-        tls.load_pem_chain(context, tls.pkcs12_identity_pem(
-            location, c.get("ssl.keystore.password")), "ssl.keystore.location")
+    if location and store_type is None:
+        store_type = "PEM" if _is_pem(location, "ssl.keystore.location") else "JKS"
+    if location and store_type in ("PKCS12", "JKS"):
+        tls.load_pem_chain(context, tls.store_identity_pem(
+            location, c.get("ssl.keystore.password"), password, jks=store_type == "JKS"),
+            "ssl.keystore.location")
     elif location:
-        if store_type is None:
-            _require_pem_file(location, "ssl.keystore.location", "ssl.keystore.type")
         _load_chain(context, location, secret, "ssl.keystore.location", f" from {location}")
     elif chain and key:
         pem = _inline_pem(key, "ssl.keystore.key") + _inline_pem(
@@ -132,17 +132,14 @@ def _load_chain(context: ssl.SSLContext, path: str, password: str, key: str,
                                "ssl.key.password)") from None
 
 
-def _require_pem_file(location: str, key: str, type_key: str) -> None:
-    """Kafka defaults store types to JKS; accept a type-less store only if it is PEM."""
+def _is_pem(location: str, key: str) -> bool:
+    """Kafka defaults store types to JKS; a type-less store that is PEM is read as PEM."""
     try:
         with open(location, "rb") as handle:
             head = handle.read(65536)
     except OSError as e:
         raise ConfigError(key, f"cannot read {location}: {_reason(e)}") from None
-    if b"-----BEGIN " not in head:
-        raise ConfigError(type_key, f"is not set, so Kafka's default JKS applies to "
-                          f"{location}, which is not PEM: set {type_key} = PKCS12 for a "
-                          "PKCS12 store; for a JKS store, " + tls.jks_hint(location, type_key))
+    return b"-----BEGIN " in head
 
 
 def _normalise_pem(text: str) -> str:

@@ -73,10 +73,14 @@ def parse_jaas(text: str) -> LoginModule:
                                 "(required, requisite, sufficient or optional)")
     options: dict[str, str] = {}
     while position < len(tokens) and tokens[position] != ("symbol", ";"):
-        name = take("word", "an option name")
-        if take("symbol", "'=' after an option name") != "=":
-            raise ConfigError(_KEY, f"expected '=' after option {name}")
-        options[name] = take("word|quoted", f"a value for option {name}")
+        # Errors count options instead of naming them: after a value with a blank in it
+        # (an unquoted password), the "option name" is the rest of the password.
+        number = len(options) + 1
+        name = take("word", f"an option name (option {number})")
+        if take("symbol", f"'=' after option {number}") != "=":
+            raise ConfigError(_KEY, f"expected '=' after option {number} (quote a value "
+                                    'that holds blanks: password="...")')
+        options[name] = take("word|quoted", f"a value for option {number}")
     take("symbol", "';' at the end of the login module entry")
     if position < len(tokens):
         raise ConfigError(_KEY, "must contain exactly one login module (one entry ending "

@@ -70,12 +70,14 @@ class FlowBookkeeping:
             self.sync_sender.start()
 
     def acknowledged(self, topic: str, partition: int, upstream: Sequence[int],
-                     downstream_base: int, *, caught_up: bool = False) -> None:
+                     downstream_base: int, *, caught_up: bool = False,
+                     covered_from: int = -1) -> None:
         """Upstream `upstream` offsets of `topic`-`partition` (increasing) are acknowledged
         at `downstream_base`, `downstream_base + 1`, ... of the remote topic.
 
         `caught_up`: nothing more to copy right now; publish the exact offset sync at once
-        so a consumer group at the end of the topic translates exactly.
+        so a consumer group at the end of the topic translates exactly. `covered_from`
+        (when >= 0): the source has no record from there to `upstream[0]`.
         """
         if self.committed_with_records:
             if self.planner is not None and self.sync_sender is not None:
@@ -84,7 +86,8 @@ class FlowBookkeeping:
             if self.planner is not None:
                 self.planner.queue_batch(topic, partition, upstream, downstream_base)
             self.progress.save(topic, partition, upstream[-1] + 1)
-            self.map_writer.acknowledged(topic, partition, upstream, downstream_base)
+            self.map_writer.acknowledged(topic, partition, upstream, downstream_base,
+                                         covered_from=covered_from)
         if self.planner is not None and self.sync_sender is not None:
             if caught_up:
                 self.planner.promote_delayed()

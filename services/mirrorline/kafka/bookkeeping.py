@@ -164,14 +164,22 @@ class OffsetMapWriter(BatchAppender):
         await super().stop()
 
     def acknowledged(self, topic: str, partition: int, offsets: Sequence[int],
-                     downstream_base: int) -> None:
+                     downstream_base: int, *, covered_from: int = -1) -> None:
         """Queue the runs of one acknowledged batch: upstream `offsets` (in order) were
-        written to `downstream_base`, `downstream_base + 1`, ..."""
+        written to `downstream_base`, `downstream_base + 1`, ...
+
+        `covered_from` (when >= 0): the source has no record from there to `offsets[0]`.
+        Such a gap before the first run is published as an empty run at `covered_from`, so
+        a group committed inside it (a compacted topic's first records) translates exactly
+        instead of falling before the map's history.
+        """
         message = self._queue.get((topic, partition))
         if message is None:
             message = self._queue[(topic, partition)] = offset_map_pb2.OffsetMapRecord(
                 topic=topic, partition=partition)
         first, last = offsets[0], offsets[-1]
+        if 0 <= covered_from < first:
+            _append_run(message, covered_from, 0, downstream_base)
         if last - first + 1 == len(offsets):
             _append_run(message, first, len(offsets), downstream_base)
         else:  # gaps upstream (compaction, transaction markers): one run per stretch

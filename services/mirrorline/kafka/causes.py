@@ -22,6 +22,8 @@ import time
 from collections.abc import Iterable
 from typing import Final
 
+from mirrorline import logsecrets
+
 #: (monotonic time, message) of aiokafka's recent warnings and errors.
 _recent: collections.deque[tuple[float, str]] = collections.deque(maxlen=200)
 #: Causes older than this say nothing about the failure being explained.
@@ -36,6 +38,11 @@ _CLASSES: Final = (
     (re.compile(r"timeout|timed out", re.I), "timed out"),
 )
 
+#: aiokafka's line for a connection closed without a reason (nothing after the colon), as
+#: Apache Kafka's plaintext listener does on reading a TLS ClientHello as a request.
+_DROPPED: Final = re.compile(r"unable connect to \S+:\s*$", re.I)
+
+
 
 class _Recorder(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
@@ -49,6 +56,7 @@ _recorder = _Recorder(level=logging.WARNING)
 def quiet_aiokafka(*, debug: bool = False) -> None:
     """Capture aiokafka's warnings and errors for `explain()`; print them only at DEBUG."""
     logger = logging.getLogger("aiokafka")
+    logsecrets.install([_recorder])  # what it keeps may be shown in status and errors
     if _recorder not in logger.handlers:
         logger.addHandler(_recorder)
     logger.setLevel(logging.DEBUG if debug else logging.WARNING)
@@ -70,7 +78,8 @@ def explain(exc: BaseException, servers: str | Iterable[str] | None = None, *,
     `servers` are the cluster's bootstrap servers; aiokafka's latest message about one of
     them gives the cause a generic "Unable to bootstrap" hides. `protocol` is the
     client's security protocol: a TLS client talking to a plaintext listener gets no
-    answer at all, so a timeout there most likely is a TLS handshake that never finished.
+    answer (Tansu) or a closed connection (Apache Kafka), so a timeout or a connection
+    dropped without a reason there most likely is a TLS handshake that never finished.
     `since` (a `time.monotonic()` value) ignores causes logged before the attempt began.
     """
     text = str(exc) or type(exc).__name__
@@ -81,9 +90,11 @@ def explain(exc: BaseException, servers: str | Iterable[str] | None = None, *,
     if cause is not None and ("bootstrap" in text.lower() or classify(text) is None):
         text = cause
     kind = classify(text)
-    if kind == "timed out" and protocol in ("SSL", "SASL_SSL"):
-        return (f"TLS handshake failed: {text} (security.protocol is {protocol}; a listener "
-                "that does not speak TLS never answers the handshake)")
+    if protocol in ("SSL", "SASL_SSL") and (
+            kind == "timed out" or (kind is None and _DROPPED.search(text))):
+        return (f"TLS handshake failed: {text.strip()} (security.protocol is {protocol}; a "
+                "listener that does not speak TLS closes the connection or never answers "
+                "the handshake)")
     return f"{kind}: {text}" if kind is not None and not text.startswith(kind) else text
 
 

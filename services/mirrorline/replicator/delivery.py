@@ -19,6 +19,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer, TopicPartition
 
+from mirrorline.kafka.producer_abort import SendAborted
 from mirrorline.replicator.pump import Delivered, PartitionPump, oversized
 
 log = logging.getLogger(__name__)
@@ -29,6 +30,12 @@ Fetch = Callable[[int], Awaitable[None]]
 OnAck = Callable[[PartitionPump, Delivered], None]
 #: Called for every batch that failed (the pump may need its target checked).
 OnFailed = Callable[[PartitionPump], None]
+
+
+async def _send(producer: AIOKafkaProducer, batch: Any, pump: PartitionPump) -> Any:
+    """Queue `batch` for the pump's partition and wait for its acknowledgement."""
+    delivered = await producer.send_batch(batch, pump.target_topic, partition=pump.partition)
+    return await delivered
 
 
 class DeliveryLoop:
@@ -78,14 +85,10 @@ class DeliveryLoop:
             if refusal is not None:
                 pump.failed(refusal, now)
                 continue
-            try:
-                future = await producer.send_batch(batch, pump.target_topic,
-                                                   partition=pump.partition)
-            except Exception as exc:
-                failed: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-                failed.set_exception(exc)
-                future = failed
-            self._in_flight[future] = pump
+            # A send of its own: queueing may wait (for the remote topic's metadata, for
+            # room), and a producer aborted meanwhile never ends that wait, so the loop
+            # must not sit in it; `settle_all` cancels such a send.
+            self._in_flight[asyncio.ensure_future(_send(producer, batch, pump))] = pump
 
     async def _settle_some(self) -> None:
         """Wait for an acknowledgement, a retry deadline or a wake-up; settle what is done."""
@@ -120,7 +123,8 @@ class DeliveryLoop:
             pump = self._in_flight.pop(future, None)
             if pump is None:
                 continue  # settled by a concurrent waiter already
-            exc = future.exception() if not future.cancelled() else asyncio.CancelledError()
+            exc = (future.exception() if not future.cancelled()
+                   else SendAborted("cancelled before it was queued: the producer was aborted"))
             if exc is not None:
                 pump.failed(exc, now)
                 if self._on_failed is not None:
@@ -149,7 +153,12 @@ class DeliveryLoop:
         return not pending
 
     async def settle_all(self) -> None:
-        """Settle every batch in flight (after an abort they all resolve at once)."""
+        """Settle every batch in flight after an abort: queued batches failed with their
+        producer, and a send still waiting to be queued is cancelled, as the aborted
+        producer would never queue it. Either way the pump's batch counts as failed, and
+        its partition checks the target before sending those records again."""
+        for send in self._in_flight:
+            send.cancel()
         if self._in_flight:
             done, _ = await asyncio.wait(self._in_flight)
             self._settle(done)

@@ -83,6 +83,10 @@ class Delivered:
     records: Sequence[Record]
     base_offset: int
     sent_ns: int
+    #: Where this pump's acknowledged stretch went on from (its `next_offset` before): the
+    #: source has no record between it and the first one (compaction, aborted transactions,
+    #: transaction markers), since the consumer fetched from there.
+    covered_from: int = -1
 
 
 class PartitionPump:
@@ -283,11 +287,12 @@ class PartitionPump:
         self._in_flight = None
         self._attempt = 0
         self.error = None
+        covered_from = self.next_offset
         self.next_offset = records[-1].offset + 1
         self.target_end = base_offset + len(records)
         self.records_replicated += len(records)
         self.last_ack_record_ts = records[-1].timestamp
-        return Delivered(records, base_offset, self._sent_ns)
+        return Delivered(records, base_offset, self._sent_ns, covered_from)
 
     def failed(self, exc: BaseException, now: float) -> None:
         """Settle a batch the producer could not deliver."""

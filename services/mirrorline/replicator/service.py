@@ -165,7 +165,8 @@ class ReplicatorService:
         if self._worker and self.agent is None:
             return False  # the control log has not been read yet
         if self.agent is not None and (self.agent.lease.fenced
-                                       or self.agent.lease.heartbeat_error):
+                                       or self.agent.lease.heartbeat_error
+                                       or self.agent.stopped_following() is not None):
             return False
         return (all(p.reachable for p in self.probes.values())
                 and all(f.healthy for f in self.flows))
@@ -189,6 +190,10 @@ class ReplicatorService:
             out.flows.add(flow=flow.name, state=_FLOW_STATES[flow.state],
                           error=flow.error or problems, partitions=len(views))
             out.partitions.extend(views)
+        if self.agent is not None:
+            for name, why in sorted(self.agent.broken.items()):
+                out.flows.add(flow=name, state=flows_pb2.FLOW_STATE_ERROR,
+                              error=f"cannot run here: {why}")
         return out
 
 

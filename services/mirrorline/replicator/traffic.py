@@ -111,7 +111,8 @@ class FlowTraffic:
             # Caught up: publish the exact position now so a group at the end of the
             # topic translates exactly, instead of waiting for the periodic flush.
             self.books.acknowledged(pump.source_topic, pump.partition, upstream, base,
-                                    caught_up=pump.idle and self.lag(tp, pump) == 0)
+                                    caught_up=pump.idle and self.lag(tp, pump) == 0,
+                                    covered_from=delivered.covered_from)
         metrics = self._pump_metrics.get(tp)
         if metrics is not None:
             self._metrics.acknowledged(metrics, records)

@@ -27,7 +27,7 @@ from opentelemetry.trace import Tracer
 
 from mirrorline.controlplane.leaseholder import LeaseHolder
 from mirrorline.controlplane.log import ControlLog
-from mirrorline.core.errors import ConfigError
+from mirrorline.core.errors import ConfigError, one_line
 from mirrorline.core.flowdefs import Definition, flow_settings
 from mirrorline.core.settings import MirrorSettings
 from mirrorline.replicator.flow import FlowReplicator
@@ -126,6 +126,10 @@ class WorkerAgent:
         self._tracer = tracer
         self.drivers: dict[str, FlowDriver] = {}
         self.broken: dict[str, str] = {}
+        #: The definition each broken flow was refused with (said once per definition).
+        self._refused: dict[str, Definition] = {}
+        #: Why the last round of following the log failed; None when it did not.
+        self.follow_error: str | None = None
         self.acted_offset = -1
         self._changed = asyncio.Event()
         self._settled = asyncio.Event()
@@ -146,6 +150,19 @@ class WorkerAgent:
         self._tasks.append(asyncio.create_task(self._follow(), name="follow control log"))
         self.lease.start()
 
+    def stopped_following(self) -> str | None:
+        """Why this worker no longer follows the control log, or None."""
+        if self.follow_error is not None:
+            return f"following the control log failed: {self.follow_error}"
+        if self.control.failed is not None:
+            return self.control.failed
+        for task in self._tasks:
+            if task.done() and not task.cancelled():
+                exc = task.exception()
+                return ("following the control log stopped"
+                        + (f": {one_line(exc)}" if exc is not None else ""))
+        return None
+
     async def stop(self) -> None:
         for task in self._tasks:
             task.cancel()
@@ -158,17 +175,34 @@ class WorkerAgent:
     async def _follow(self) -> None:
         while True:
             offset = self.control.state.applied_offset
-            self._reconcile()
-            while not all(d.settled for d in self.drivers.values()):
-                self._settled.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._settled.wait(), 0.5)
-            self.acted_offset = offset
-            await self._drop_finished()
+            try:
+                await self._follow_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # one round failed: say so once, keep following
+                reason = one_line(exc)
+                if reason != self.follow_error:
+                    log.error("worker %s: following the control log failed: %s; retrying",
+                              self.worker_id, reason)
+                    log.debug("following the control log failed", exc_info=True)
+                self.follow_error = reason
+                await asyncio.sleep(RETRY_S)
+                continue
+            self.follow_error = None
             if self.control.state.applied_offset == offset:
                 self._changed.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._changed.wait(), 1.0)
+
+    async def _follow_once(self) -> None:
+        offset = self.control.state.applied_offset
+        self._reconcile()
+        while not all(d.settled for d in self.drivers.values()):
+            self._settled.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._settled.wait(), 0.5)
+        self.acted_offset = offset
+        await self._drop_finished()
 
     def _reconcile(self) -> None:
         state = self.control.state
@@ -176,7 +210,7 @@ class WorkerAgent:
         if not self.lease.fenced:
             for key, remote in state.owned_by(self.worker_id).items():
                 mine.setdefault(key.flow, {})[TopicPartition(key.topic, key.partition)] = remote
-        self.broken.clear()
+        broken: dict[str, str] = {}
         for name in set(self.drivers) | set(mine):
             record = state.flows.get(name)
             driver = self.drivers.get(name)
@@ -195,20 +229,30 @@ class WorkerAgent:
             if driver is None:
                 if not partitions:
                     continue
+                if self._refused.get(name) == definition and name in self.broken:
+                    broken[name] = self.broken[name]  # said already; not tried again
+                    continue
                 try:
                     settings = flow_settings(self.deployment, definition)
-                except ConfigError as exc:
-                    self.broken[name] = str(exc)
-                    log.error("flow %s cannot run here: %s", name, exc)
+                    driver = FlowDriver(FlowReplicator(settings, worker_id=self.worker_id,
+                                                       metrics=self._metrics,
+                                                       tracer=self._tracer, discover=False),
+                                        desired, self._settled.set)
+                except Exception as exc:  # any failure is this flow's, never the worker's
+                    broken[name] = one_line(exc)
+                    self._refused[name] = definition
+                    log.error("flow %s cannot run here: %s", name, broken[name])
+                    if not isinstance(exc, ConfigError):
+                        log.debug("flow %s: applying its definition failed", name,
+                                  exc_info=True)
                     continue
-                driver = FlowDriver(FlowReplicator(settings, worker_id=self.worker_id,
-                                                   metrics=self._metrics, tracer=self._tracer,
-                                                   discover=False), desired,
-                                     self._settled.set)
                 self.drivers[name] = driver
                 driver.start()
             elif desired != driver.desired:
                 driver.want(desired)
+        self.broken = broken
+        for name in set(self._refused) - set(broken):
+            del self._refused[name]
 
     async def _drop_finished(self) -> None:
         """Stop flows that own nothing any more (deleted, redefined, moved away); a

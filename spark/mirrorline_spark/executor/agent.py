@@ -26,7 +26,7 @@ import time
 
 from mirrorline.controlplane.leaseholder import LeaseHolder
 from mirrorline.controlplane.log import ControlLog
-from mirrorline.core.errors import ConfigError
+from mirrorline.core.errors import ConfigError, one_line
 from mirrorline.core.flowdefs import Definition, flow_settings
 from mirrorline.core.settings import MirrorSettings
 from mirrorline.telemetry.replication import ReplicationMetrics
@@ -58,6 +58,10 @@ class SparkAgent:
                                    holds=self._holds)
         self.broken: dict[str, str] = {}
         self.acted_offset = -1
+        #: The definition each broken flow was refused with (said once per definition).
+        self._refused: dict[str, Definition] = {}
+        #: Why the last round of applying the control log failed; None when it did not.
+        self.follow_error: str | None = None
         self._problem_cleared_at: float | None = None
         self._changed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -102,11 +106,16 @@ class SparkAgent:
             try:
                 await self._apply()
                 self.acted_offset = offset
-            except Exception as exc:  # a cluster or Spark hiccup: say why, try again
-                log.warning("executor %s: cannot apply the control log yet: %r",
-                            self.worker_id, exc)
+            except Exception as exc:  # a cluster or Spark hiccup: say why once, try again
+                reason = one_line(exc)
+                if reason != self.follow_error:
+                    log.warning("executor %s: cannot apply the control log yet: %s",
+                                self.worker_id, reason)
+                    log.debug("applying the control log failed", exc_info=True)
+                self.follow_error = reason
                 await asyncio.sleep(2.0)
                 continue
+            self.follow_error = None
             if self.control.state.applied_offset == offset:
                 self._changed.clear()
                 with contextlib.suppress(TimeoutError):
@@ -118,7 +127,7 @@ class SparkAgent:
         if not self.fenced:
             for key, remote in state.owned_by(self.worker_id).items():
                 mine.setdefault(key.flow, {})[(key.topic, key.partition)] = remote
-        self.broken.clear()
+        broken: dict[str, str] = {}
         if self.query.problem and not any(mine.values()):
             # The controller took the partitions back: hold a while, then be available.
             now = time.monotonic()
@@ -137,13 +146,22 @@ class SparkAgent:
             if name not in self.runs:
                 if self._holds.held(name):
                     continue
-                try:
-                    settings = flow_settings(self.deployment, Definition(
-                        record.source, record.target, record.properties))
-                except ConfigError as exc:
-                    self.broken[name] = str(exc)
+                definition = Definition(record.source, record.target, record.properties)
+                if self._refused.get(name) == definition and name in self.broken:
+                    broken[name] = self.broken[name]  # said already; not tried again
                     continue
-                run = FlowRun(settings, metrics=self._metrics, worker_id=self.worker_id)
+                try:
+                    settings = flow_settings(self.deployment, definition)
+                    run = FlowRun(settings, metrics=self._metrics, worker_id=self.worker_id)
+                except Exception as exc:  # this flow's error; every other flow goes on
+                    broken[name] = one_line(exc)
+                    self._refused[name] = definition
+                    log.error("executor %s: flow %s cannot run here: %s", self.worker_id,
+                              name, broken[name])
+                    if not isinstance(exc, ConfigError):
+                        log.debug("flow %s: applying its definition failed", name,
+                                  exc_info=True)
+                    continue
                 try:
                     await run.open()
                 except Exception as exc:  # its clusters do not answer: the others go on
@@ -152,6 +170,9 @@ class SparkAgent:
                     continue
                 self.runs[name] = run
             wanted[name] = parts
+        self.broken = broken
+        for gone in set(self._refused) - set(broken):
+            del self._refused[gone]
         await self.query.apply(wanted, drain=not self.fenced)
         for name in [n for n in self.runs if not wanted.get(n)]:
             await self.runs.pop(name).close()

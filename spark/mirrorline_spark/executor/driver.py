@@ -56,13 +56,20 @@ class SparkDriver:
     async def start(self) -> None:
         started = time.monotonic()
         await self.call(self._start)
-        log.info("Spark session on %s ready in %.1fs (UI %s)", self.master,
-                 time.monotonic() - started, self.ui_address or "off")
+        from mirrorline_spark.executor.preflight import security_summary
+
+        log.info("Spark session on %s ready in %.1fs (%s; UI %s)", self.master,
+                 time.monotonic() - started, security_summary(self.conf),
+                 self.ui_address or "off")
 
     def _start(self) -> None:
         # Spark's Python workers must run this interpreter: it has mirrorline installed.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+        if self.conf.get("spark.ui.enabled", "true").strip().lower() == "true":
+            # Spark's web UI listens on SPARK_LOCAL_IP, else on every interface; it has no
+            # authentication, so loopback unless the operator's environment says otherwise.
+            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         from pyspark.sql import SparkSession
 
         from mirrorline_spark.source import KafkaDataSource

@@ -102,3 +102,73 @@ def parse_spark_conf(entries: Sequence[str]) -> dict[str, str]:
                                               "driver itself (client mode)")
         conf[key] = value
     return conf
+
+
+#: A master for which Spark makes the authentication secret itself (in memory, per
+#: application): local mode, YARN and Kubernetes. A standalone cluster (and
+#: local-cluster, its test form) shares one secret with its master and workers.
+_OWN_SECRET = re.compile(r"^(local(\[[^\]]*\])?|yarn|k8s://\S+)$")
+_WILDCARD = {"0.0.0.0", "::", "[::]", ""}
+
+
+def _flag(conf: dict[str, str], key: str, default: bool) -> bool:
+    value = conf.get(key)
+    if value is None:
+        return default
+    value = value.strip().lower()
+    if value not in ("true", "false"):
+        raise ConfigError("--spark-conf", f"{key} must be true or false, not {value!r}")
+    return value == "true"
+
+
+def network_conf(conf: dict[str, str], *, master: str, bind: str, tls: bool,
+                 insecure: bool) -> dict[str, str]:
+    """The Spark settings the driver runs with: `conf` (the operator's `--spark-conf`)
+    plus where Spark listens and how it authenticates.
+
+    Spark's driver RPC and the driver's block manager listen on `bind` (the service's
+    `--bind`, `spark.driver.bindAddress`/`spark.driver.host`); the web UI is off
+    (`spark.ui.enabled=false`) and, if turned on, cannot kill jobs and listens on
+    loopback (`SparkDriver` sets SPARK_LOCAL_IP). When the deployment's gRPC uses TLS or
+    `bind` is not loopback, Spark authenticates every connection with a secret of its
+    own making (`spark.authenticate`) and encrypts RPC and local I/O; for a standalone
+    master the cluster's shared secret must be given, or the executor refuses to start.
+    An operator's explicit `spark.authenticate=false` there is refused unless
+    `mirrorline.grpc.insecure = true`.
+    """
+    from mirrorline.core.security import is_loopback
+
+    out = dict(conf)
+    out.setdefault("spark.driver.bindAddress", bind)
+    if bind.strip() not in _WILDCARD:
+        out.setdefault("spark.driver.host", bind.strip("[]"))
+    out.setdefault("spark.ui.enabled", "false")
+    out.setdefault("spark.ui.killEnabled", "false")
+    _flag(out, "spark.ui.enabled", False)
+    if not tls and is_loopback(bind):
+        return out
+    why = ("the deployment's gRPC uses TLS" if tls
+           else f"--bind {bind} is not a loopback address")
+    for key in ("spark.authenticate", "spark.network.crypto.enabled"):
+        if not _flag(out, key, True) and not insecure:
+            raise ConfigError("--spark-conf", f"{key}=false is refused because {why}: "
+                                              "Spark's ports would take unauthenticated "
+                                              "connections (mirrorline.grpc.insecure = true "
+                                              "accepts that)")
+        out.setdefault(key, "true")
+    out.setdefault("spark.io.encryption.enabled", "true")
+    if (_flag(out, "spark.authenticate", True) and not _OWN_SECRET.match(master)
+            and not out.get("spark.authenticate.secret")):
+        raise ConfigError("--master", f"{master}: Spark must authenticate because {why}, "
+                                      "and a standalone cluster needs its shared secret: "
+                                      "give --spark-conf spark.authenticate.secret=... (the "
+                                      "secret the master and workers use)")
+    return out
+
+
+def security_summary(conf: dict[str, str]) -> str:
+    """What the log says about Spark's listeners and security (never a secret)."""
+    auth = _flag(conf, "spark.authenticate", False)
+    crypto = auth and _flag(conf, "spark.network.crypto.enabled", False)
+    return (f"driver and block manager on {conf.get('spark.driver.bindAddress', '?')}, "
+            f"authentication {'on' if auth else 'off'}, encryption {'on' if crypto else 'off'}")

@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import re
+import secrets
 import time
 from collections.abc import Mapping
 
@@ -110,12 +111,22 @@ class ExecutorQuery:
     async def _start_query(self, feeds: list[Feed]) -> None:
         source = {"feeds": json.dumps([f.source_option() for f in feeds]),
                   "drainFile": self._drain_file, "layout": "chunks"}
+        # A new secret per query: only the query started here can hand over
+        # acknowledgements (a late message of an older query is refused too).
+        secret = secrets.token_urlsafe(32)
         sink = {"feeds": json.dumps([f.sink_option() for f in feeds]),
-                "ackSocket": self._acks.path}
+                "ackSocket": self._acks.path, "ackSecret": secret}
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self._drain_file)
-        self._query = await self._driver.start_query(self.name, source, sink)
+        # Set before the query starts: its first commit may come as soon as it runs.
+        self._acks.secret = secret
         self._feeds = [f.flow for f in feeds]
+        try:
+            self._query = await self._driver.start_query(self.name, source, sink)
+        except BaseException:
+            self._acks.secret = None
+            self._feeds = []
+            raise
         log.info("Spark query copies %d partitions of %d flows: %s",
                  sum(len(f.starts) for f in feeds), len(feeds), "; ".join(
                      f"{f.flow}: " + ", ".join(f"{t}-{p}@{o}"
@@ -135,6 +146,8 @@ class ExecutorQuery:
             with contextlib.suppress(Exception):
                 await query.stop()
             log.info("Spark query stopped%s", "" if drain else " without draining (fenced)")
+        # Stopped: its commits are over, and nothing else may hand over acknowledgements.
+        self._acks.secret = None
         self._feeds = []
         for run in list(self._runs.values()):
             if run.running:
@@ -143,18 +156,25 @@ class ExecutorQuery:
     # -- acknowledgements ---------------------------------------------------------------
     def _on_batch(self, batch_id: int, acks: list[PartitionAcks]) -> str | None:
         """Record one micro-batch (everything in it was acknowledged by the target), each
-        flow's part through that flow's bookkeeping."""
+        flow's part through that flow's bookkeeping -- all of it, or nothing when any
+        acknowledgement is of a partition the running query does not copy (to the
+        remote topic it copies to)."""
+        copied = {name: run.running for name, run in self._runs.items()
+                  if name in self._feeds}
+        foreign = not_copied(acks, copied)
+        if foreign:
+            shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more"
+                                              if len(foreign) > 3 else "")
+            log.warning("refused micro-batch %d's acknowledgements: %s not copied by the "
+                        "running Spark query; nothing recorded", batch_id, shown)
+            return (f"refused micro-batch {batch_id}: acknowledgements of partitions the "
+                    f"running query does not copy ({shown})")
         by_flow: dict[str, list[PartitionAcks]] = {}
         for a in acks:
             by_flow.setdefault(a.flow, []).append(a)
         errors = []
         for flow, part in sorted(by_flow.items()):
-            run = self._runs.get(flow)
-            if run is None:
-                errors.append(f"micro-batch {batch_id} holds acknowledgements of flow "
-                              f"{flow!r}, which this executor does not run")
-                continue
-            errors.extend(run.acknowledged(part))
+            errors.extend(self._runs[flow].acknowledged(part))
         return "; ".join(errors) if errors else None
 
     # -- watching -----------------------------------------------------------------------
@@ -193,6 +213,17 @@ class ExecutorQuery:
                                 f"failed: {(status.error or 'stopped').splitlines()[0][:500]}")
                 log.error("%s; giving its partitions back to the workers", self.problem)
                 await self._stop_query()
+
+
+def not_copied(acks: list[PartitionAcks], copied: Mapping[str, Mapping[Key, str]]
+               ) -> list[str]:
+    """The acknowledgements (as `flow topic-partition`, names quoted and cut short) of
+    partitions `copied` (flow -> partition -> remote topic) does not hold."""
+    out = []
+    for a in acks:
+        if copied.get(a.flow, {}).get((a.topic, a.partition)) != a.remote_topic:
+            out.append(f"{a.flow[:100]!r} {a.topic[:250]!r}-{a.partition}")
+    return out
 
 
 def _touch(path: str) -> None:

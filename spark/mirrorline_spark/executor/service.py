@@ -71,7 +71,7 @@ class SparkExecutorService:
         await self.agent.start()
         self._tasks.append(asyncio.create_task(self._health_loop(), name="health"))
         log.info("spark executor %s: gRPC %s, metrics %s, master %s, UI %s", self.worker_id,
-                 port, self.telemetry.metrics_port, self.master, self.driver.ui_address)
+                 port, self.telemetry.metrics_port, self.master, self.driver.ui_address or "off")
 
     async def stop(self) -> None:
         await self._grpc.set_serving(False)
@@ -91,7 +91,7 @@ class SparkExecutorService:
     def serving(self) -> bool:
         agent = self.agent
         return agent is not None and not agent.fenced and not agent.heartbeat_error \
-            and not agent.problem
+            and not agent.problem and agent.control.failed is None
 
     async def _health_loop(self) -> None:
         while True:
