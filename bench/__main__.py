@@ -5,6 +5,9 @@ source topic is seeded (confluent-kafka, outside the timing), a fresh target top
 and the contender times itself from its start until the target's high watermarks add up to
 N. The output is checked (per-partition counts, leading records), the topics dropped, and
 one table at the end gives records/s, MB/s and every contender's ratio to every other.
+MirrorMaker 2 (`mm2`) runs on Apache Kafka brokers only (the default, not `--broker
+tansu`). For the contenders that are processes of their own (mirrorline, mm2) a second
+table gives CPU seconds per million records copied and peak resident memory.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import audit, kcat, mirrorline_replicator, raw_aiokafka, spark_executor
+from bench import audit, kcat, mirrorline_replicator, mm2, raw_aiokafka, spark_executor
 from bench.common import (
     BenchEnv,
     Contender,
@@ -38,6 +41,7 @@ from mirrorline.dev.local import describe, start_local, stop_local
 CONTENDERS: list[tuple[str, Contender]] = [
     ("raw_aiokafka", raw_aiokafka.run),
     ("mirrorline", mirrorline_replicator.run),
+    ("mm2", mm2.run),
     ("kcat", kcat.run),
     ("spark_local2", spark_executor.make("local[2]")),
     ("spark_local1", spark_executor.make("local[1]")),
@@ -47,6 +51,8 @@ SOURCE, TARGET = "source", "target"
 
 #: Start-up seconds of each contender's runs in the current scenario.
 startups: dict[str, list[float]] = {}
+#: (CPU seconds, peak RSS bytes) of each contender's runs in the current scenario.
+costs: dict[str, list[tuple[float, int]]] = {}
 
 
 @dataclass(frozen=True)
@@ -66,6 +72,8 @@ class Result:
     contender: str
     seconds: float  # median over runs
     startup: float | None = None  # median seconds from launch to the first record
+    cpu_seconds: float | None = None  # median CPU seconds of the contender's processes
+    peak_rss: int | None = None  # largest peak resident memory over the runs, bytes
 
     @property
     def records_per_s(self) -> float:
@@ -107,6 +115,7 @@ def scenarios_for(args: argparse.Namespace) -> list[Scenario]:
 async def run_once(
     name: str, contender: Contender, scenario: Scenario, payloads: list[tuple[bytes, bytes]],
     source: LocalBroker, target: LocalBroker, partitions: int, workdir: Path,
+    broker_kind: str,
 ) -> float:
     topic = f"bench-{name.replace('_', '-')}-{secrets.token_hex(3)}"
     await asyncio.gather(create_topics(source.bootstrap, [topic], partitions),
@@ -121,6 +130,7 @@ async def run_once(
             source_bootstrap=source.bootstrap, target_bootstrap=target.bootstrap,
             source_topic=topic, target_topic=topic, partitions=partitions,
             records=scenario.records, record_size=scenario.size, workdir=run_dir,
+            broker_kind=broker_kind,
         )
         seconds = await contender(env)
         problem = await verify_mirror(env)
@@ -130,6 +140,7 @@ async def run_once(
         print(f"  {name}: {seconds:.2f}s, {scenario.records / seconds:,.0f} records/s{start}",
               flush=True)
         startups.setdefault(name, []).extend(env.startup[-1:])
+        costs.setdefault(name, []).extend(env.costs[-1:])
         if name == "mirrorline":
             per_core, per_wall = await audit.run(env)
             AUDIT_RATES.setdefault(scenario, []).append(per_core)
@@ -173,15 +184,19 @@ async def bench(args: argparse.Namespace) -> list[Result]:
                     try:
                         times[name].append(await run_once(name, contender, scenario, payloads,
                                                           source, target, args.partitions,
-                                                          workdir))
+                                                          workdir, args.broker))
                     except ContenderUnavailable as exc:
                         print(f"  SKIP {name}: {exc}", flush=True)
                         unavailable.add(name)
             results.extend(Result(scenario, name, statistics.median(runs),
                                   statistics.median(startups[name]) if startups.get(name)
-                                  else None)
+                                  else None,
+                                  statistics.median(c for c, _ in costs[name])
+                                  if costs.get(name) else None,
+                                  max(r for _, r in costs[name]) if costs.get(name) else None)
                            for name, runs in times.items() if runs)
             startups.clear()
+            costs.clear()
     finally:
         await asyncio.gather(*(stop_local(b) for b in started))
         await asyncio.to_thread(shutil.rmtree, workdir, True)
@@ -226,6 +241,14 @@ def print_table(results: list[Result]) -> None:
         print("start-up, from launch to the first record on the target (not timed above):")
         for r in startups:
             print(f"  {r.scenario.label}  {r.contender}: {r.startup:.1f}s")
+    priced = [r for r in results if r.cpu_seconds is not None and r.peak_rss is not None]
+    if priced:
+        print("cost, the contender's own processes (CPU over the timed window, peak RSS):")
+        for r in priced:
+            assert r.cpu_seconds is not None and r.peak_rss is not None
+            per_million = r.cpu_seconds / r.scenario.records * 1e6
+            print(f"  {r.scenario.label}  {r.contender}: {per_million:.1f} CPU s per million "
+                  f"records, {r.peak_rss / 2**20:.0f} MiB peak RSS")
 
 
 def main(argv: list[str] | None = None) -> int:

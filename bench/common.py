@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import os
 import random
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -55,6 +56,11 @@ class BenchEnv:
     #: Filled by `wait_mirrored`: seconds from the contender's start to its first record
     #: on the target (process start, connections, discovery) -- reported, not timed.
     startup: list[float] = field(default_factory=list)
+    #: The brokers' kind: "kafka" (Apache Kafka) or "tansu".
+    broker_kind: str = "tansu"
+    #: Filled by `wait_mirrored` when given the contender's processes: (CPU seconds they
+    #: spent from the first record to the last, their peak resident set in bytes).
+    costs: list[tuple[float, int]] = field(default_factory=list)
 
     async def wait_mirrored(
         self,
@@ -62,6 +68,7 @@ class BenchEnv:
         *,
         watch: Sequence[asyncio.Future[Any]] = (),
         limit: float | None = None,
+        cost: ProcessCost | None = None,
     ) -> float:
         """Seconds from the first record on the target until the target holds all of them.
 
@@ -74,22 +81,29 @@ class BenchEnv:
         so the watcher costs the contender next to nothing while records flow.
         `watch` holds the contender's own tasks: if one fails, its error is raised at once
         instead of waiting for `limit` (default: generous for the record count).
+        `cost` names the contender's own processes: their CPU time over the same window and
+        their peak resident memory go to `costs`.
         """
         topic = self.target_topic
         limit = limit if limit is not None else max(120.0, self.records / 2_000)
         previous: dict[int, int] | None = None
         first: float | None = None
+        cpu_at_first = 0.0
 
         def done() -> float:
             assert first is not None
             self.startup.append(first - started)
-            return time.perf_counter() - first
+            seconds = time.perf_counter() - first
+            if cost is not None:
+                self.costs.append((cost.cpu_seconds() - cpu_at_first, cost.peak_rss()))
+            return seconds
 
         async with HighWatermarks(self.target_bootstrap, topic, self.partitions) as marks:
             while True:
                 ends = await marks.log_ends()
                 if first is None and sum(ends.values()) > 0:
                     first = time.perf_counter()
+                    cpu_at_first = cost.cpu_seconds() if cost is not None else 0.0
                 if sum(ends.values()) >= self.records:
                     return done()
                 if ends == previous and first is not None:
@@ -109,6 +123,39 @@ class BenchEnv:
 
 
 Contender = Callable[[BenchEnv], Awaitable[float]]
+
+
+class ProcessCost:
+    """CPU time and peak resident memory of a contender's processes, from /proc (Linux)."""
+
+    def __init__(self, pids: Sequence[int]) -> None:
+        self.pids = list(pids)
+        self._tick = os.sysconf("SC_CLK_TCK")
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU seconds the processes have used so far (0 for one gone)."""
+        total = 0
+        for pid in self.pids:
+            try:
+                stat = Path(f"/proc/{pid}/stat").read_text()
+            except OSError:
+                continue
+            fields = stat.rpartition(")")[2].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+        return total / self._tick
+
+    def peak_rss(self) -> int:
+        """The sum of the processes' peak resident set sizes (VmHWM), in bytes."""
+        total = 0
+        for pid in self.pids:
+            try:
+                status = Path(f"/proc/{pid}/status").read_text()
+            except OSError:
+                continue
+            for line in status.splitlines():
+                if line.startswith("VmHWM:"):
+                    total += int(line.split()[1]) * 1024
+        return total
 
 
 class HighWatermarks:

@@ -13,7 +13,7 @@ import signal
 import sys
 import time
 
-from bench.common import BenchEnv
+from bench.common import BenchEnv, ProcessCost
 
 
 def config(env: BenchEnv) -> str:
@@ -39,7 +39,7 @@ async def run(env: BenchEnv) -> float:
         stdout=log, stderr=log)
     waiter = asyncio.ensure_future(proc.wait())
     try:
-        return await env.wait_mirrored(started, watch=[waiter])
+        return await env.wait_mirrored(started, watch=[waiter], cost=ProcessCost([proc.pid]))
     finally:
         if proc.returncode is None:
             proc.send_signal(signal.SIGTERM)

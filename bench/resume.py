@@ -9,7 +9,10 @@ default) and off (`mirrorline.resume.tail.match = false`, durable progress alone
   progress, the offset map, the newest offset syncs and the tails included);
 * duplicates: records on the target beyond the source's count once the copy finished.
 
-Runs are interleaved (on, off, on, off, ...) and medians reported.
+Runs are interleaved (on, off, on, off, ...) and medians reported. With `--mm2`, each
+round also runs Apache Kafka's MirrorMaker 2 (dedicated mode, `bench/mm2.py`'s settings,
+its own default `offset.flush.interval.ms`) the same way: killed halfway, a new MM2
+started at once.
 """
 
 from __future__ import annotations
@@ -27,7 +30,9 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from bench.common import HighWatermarks, create_topics, make_payloads, seed
+from bench import mm2 as mm2_contender
+from bench.common import BenchEnv, HighWatermarks, create_topics, make_payloads, seed
+from mirrorline.dev import mm2
 from mirrorline.dev.brokers import LocalBroker
 from mirrorline.dev.local import start_local, stop_local
 
@@ -60,12 +65,44 @@ async def replicator(config: Path, workdir: Path, name: str) -> asyncio.subproce
     return proc
 
 
+class Mm2Process:
+    """MM2 started like a replicator: `send_signal` and `wait` as on a subprocess."""
+
+    def __init__(self, process: mm2.MirrorMaker2) -> None:
+        self.process = process
+
+    def send_signal(self, sig: int) -> None:
+        self.process.proc.send_signal(sig)
+
+    async def wait(self) -> int:
+        return await mm2.stop_mm2(self.process, timeout=30)
+
+
+async def start_mm2(config: Path, workdir: Path, name: str) -> Mm2Process:
+    process = await mm2.start_mm2(config, directory=workdir / name, clusters=["target"],
+                                  jvm_opts=mm2_contender.JVM_OPTS, name=name)
+    return Mm2Process(process)
+
+
 async def one_run(source: LocalBroker, target: LocalBroker, workdir: Path, records: int,
-                  tail_match: bool) -> tuple[float, int]:
+                  tail_match: bool, with_mm2: bool = False) -> tuple[float, int]:
     topic = f"bench-resume-{secrets.token_hex(3)}"
     await create_topics(source.bootstrap, [topic], PARTITIONS)
     await seed(source.bootstrap, topic, PARTITIONS, make_payloads(records, 100))
     config = workdir / f"{topic}.properties"
+    start: Callable[[Path, Path, str], Awaitable[asyncio.subprocess.Process | Mm2Process]]
+    start = replicator
+    # The target topic exists before either starts (as the identity policy names it), so the
+    # watcher never asks Kafka about a topic that is not there yet.
+    await create_topics(target.bootstrap, [topic], PARTITIONS)
+    if with_mm2:
+        env = BenchEnv(source_alias="source", target_alias="target",
+                       source_bootstrap=source.bootstrap, target_bootstrap=target.bootstrap,
+                       source_topic=topic, target_topic=topic, partitions=PARTITIONS,
+                       records=records, record_size=100, workdir=workdir)
+        config.write_text(mm2_contender.config(env))
+        start = start_mm2
+        return await _kill_and_resume(config, workdir, topic, target, records, start)
     config.write_text("\n".join([
         "clusters = source, target",
         f"source.bootstrap.servers = {source.bootstrap}",
@@ -74,8 +111,22 @@ async def one_run(source: LocalBroker, target: LocalBroker, workdir: Path, recor
         "replication.policy.class = IdentityReplicationPolicy",
         "target.producer.batch.size = 65536",
         f"mirrorline.resume.tail.match = {'true' if tail_match else 'false'}", ""]))
+    return await _kill_and_resume(config, workdir, topic, target, records, start)
+
+
+async def _kill_and_resume(
+        config: Path, workdir: Path, topic: str, target: LocalBroker, records: int,
+        start: Callable[[Path, Path, str], Awaitable[asyncio.subprocess.Process | Mm2Process]],
+) -> tuple[float, int]:
     async with HighWatermarks(target.bootstrap, topic, PARTITIONS) as marks:
-        first = await replicator(config, workdir, f"{topic}-first")
+        async def led() -> bool:  # every new partition has a leader
+            try:
+                await marks.total()
+            except Exception:
+                return False
+            return True
+        await until(led, 30, 0.2, f"{topic} on the target has no leaders")
+        first = await start(config, workdir, f"{topic}-first")
         async def halfway() -> bool:
             return await marks.total() >= records // 2
         await until(halfway, 120, 0.02, "the first replicator never got halfway")
@@ -83,7 +134,7 @@ async def one_run(source: LocalBroker, target: LocalBroker, workdir: Path, recor
         first.send_signal(signal.SIGKILL)
         await first.wait()
         there = await marks.total()
-        second = await replicator(config, workdir, f"{topic}-second")
+        second = await start(config, workdir, f"{topic}-second")
         try:
             async def more() -> bool:
                 return await marks.total() > there
@@ -105,17 +156,20 @@ async def main(args: argparse.Namespace) -> None:
     workdir = Path(tempfile.mkdtemp(prefix="mirrorline-bench-resume-"))
     source = await start_local("kafka", "source", workdir)
     target = await start_local("kafka", "target", workdir)
-    results: dict[bool, list[tuple[float, int]]] = {True: [], False: []}
+    results: dict[str, list[tuple[float, int]]] = {"on": [], "off": []}
+    if args.mm2:
+        results["mm2"] = []
     try:
         for _ in range(args.runs):
-            for tail_match in (True, False):
-                results[tail_match].append(
-                    await one_run(source, target, workdir, args.records, tail_match))
+            for kind in results:
+                results[kind].append(await one_run(source, target, workdir, args.records,
+                                                   kind == "on", with_mm2=kind == "mm2"))
     finally:
         await stop_local(source)
         await stop_local(target)
-    for tail_match, runs in results.items():
-        label = "tail matching on " if tail_match else "tail matching off"
+    for kind, runs in results.items():
+        label = {"on": "tail matching on ", "off": "tail matching off",
+                 "mm2": "MirrorMaker 2    "}[kind]
         times = [t for t, _ in runs]
         dups = [d for _, d in runs]
         print(f"{label}: SIGKILL -> first new record {statistics.median(times):.2f} s "
@@ -127,5 +181,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(prog="python -m bench.resume")
     parser.add_argument("--records", type=int, default=400_000)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--mm2", action="store_true",
+                        help="also run MirrorMaker 2 the same way (Apache Kafka brokers)")
     os.environ.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
     asyncio.run(main(parser.parse_args()))
