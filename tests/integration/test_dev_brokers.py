@@ -72,8 +72,9 @@ async def test_cli_up_status_down_round_trip(state_dir: Path) -> None:
     rc, out, err = await run_cli(state_dir, "status")
     assert rc == 0, err
     lines = {line.split()[0]: line.split() for line in out.splitlines()[1:]}
-    assert lines["east"][1:] == [f"127.0.0.1:{p1}", str(recorded["east"].pid), "yes", "yes"]
-    assert lines["west"][3:] == ["yes", "yes"]
+    assert lines["east"][1:] == ["tansu", f"127.0.0.1:{p1}", str(recorded["east"].pid), "yes",
+                                 "yes"]
+    assert lines["west"][4:] == ["yes", "yes"]
 
     rc, out, err = await run_cli(state_dir, "down", "west")
     assert rc == 0, err
