@@ -52,7 +52,9 @@ Global___OffsetMapRecord: _TypeAlias = OffsetMapRecord  # noqa: Y015
 @_typing.final
 class OffsetRun(_message.Message):
     """Source offsets [upstream_start, upstream_start + count) landed at
-    [downstream_start, downstream_start + count) on the target.
+    [downstream_start, downstream_start + count) on the target. An empty run (count 0) says
+    the source has no record from upstream_start up to the next run (compaction, aborted
+    transactions); the next record landed at downstream_start.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
