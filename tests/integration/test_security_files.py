@@ -199,20 +199,30 @@ async def planner(primary: LocalBroker, backup: LocalBroker, unique: str,
     await produce(primary.bootstrap, topic, [Record(b"x", partition=p) for p in range(8)])
     a, b = f"p{unique}", f"q{unique}"
     flow = f"{a}->{b}"
+    # The checkpointer plans once it has read the flow's offset syncs (or offset map) to
+    # the end, and it never makes a broker auto-create either topic: create the (empty)
+    # offset syncs topic on the source, as a replicator of the flow would.
+    await create_topic(primary.bootstrap, f"mm2-offset-syncs.{b}.internal", 1,
+                       {"cleanup.policy": "compact"})
     config = mm2_config({a: primary, b: backup},
                         {flow: {"topics": topic, "groups": f"{unique}.*",
                                 "admin.timeout.ms": "5000"}})
     async with checkpointer(config, tmp_path) as chk:
         stub = failover_pb2_grpc.CheckpointerStub(chk.channel)
+        last: list[str] = []
 
         async def ready() -> bool:
             try:
                 await stub.PlanFailover(failover_pb2.PlanFailoverRequest(
                     flow=flow, groups=[f"{unique}.g"]), timeout=10)
                 return True
-            except grpc.aio.AioRpcError:
+            except grpc.aio.AioRpcError as exc:
+                last[:] = [f"{exc.code().name}: {exc.details()}"]
                 return False
-        await wait_for(ready, 30, "the checkpointer never planned", interval=0.5)
+        try:
+            await wait_for(ready, 30, "the checkpointer never planned", interval=0.5)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; last answer {last}") from None
         yield chk, flow, unique
 
 
