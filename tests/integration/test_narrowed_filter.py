@@ -7,6 +7,11 @@ stuck partition. Real brokers, a real controller and a real worker.
 
 The flow starts as `<unique>-.*`, which also matches a faust app's leader-election topic
 (`<app>-__assignor-__leader`): that one is internal and never mirrored.
+
+The session's brokers are shared, so `heartbeats` and `mirrorline-canary` may already
+exist on the source from earlier tests; both bypass the topic filter by default and would
+then join the flow. The flow turns both off so that its partitions are exactly the
+filter's, whatever ran before.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ from mirrorline.v1 import admin_pb2, flows_pb2
 pytestmark = pytest.mark.integration
 
 FAST = {"refresh.topics.interval.seconds": "1"}
+#: Only the filter's topics: no heartbeats or canary topics left on the source by others.
+FILTER_ONLY = {"heartbeats.replication.enabled": "false", "canary.enabled": "false"}
 
 
 async def topic_names(bootstrap: str) -> set[str]:
@@ -48,7 +55,7 @@ async def test_a_narrowed_filter_releases_the_dropped_partitions_and_the_flow_ru
         await produce(primary.bootstrap, topic, [Record(f"{topic}-{i}".encode(),
                                                         partition=i % 2) for i in range(6)])
     flow = "primary->backup"
-    config = deployment_config(clusters, {flow: {"topics": f"{unique}-.*", **FAST}})
+    config = deployment_config(clusters, {flow: {"topics": f"{unique}-.*", **FAST, **FILTER_ONLY}})
     async with deployment(config, tmp_path) as d:
         await d.controller()
         await d.worker("w1")
