@@ -5,9 +5,10 @@ been applied to its state and returns the outcome (`Outcome.STALE` means the wri
 deposed before the record landed, so the record changed nothing anywhere).
 
 The log can go backwards under a reader's feet: the home cluster restarted empty, the
-topic was deleted and recreated, or restored from an older backup. Offsets then repeat
-or the log ends before what was already applied. Carrying on from the old state would
-make every controller claim an epoch the new log does not know and lose it, forever.
+topic was deleted and recreated, or restored from an older backup. Offsets then repeat,
+the log ends before what was already applied, or the topic is not there at all.
+Carrying on from the old state would make every controller claim an epoch the new log
+does not know and lose it, forever.
 So a reader that sees the log go backwards says so at ERROR, forgets its state and
 replays the log as it is now: a log that holds no seeded configuration any more (empty,
 or only a stray claim) is re-seeded from the properties file by the next leader, which
@@ -38,6 +39,9 @@ log = logging.getLogger(__name__)
 
 CONTROL_TOPIC = "mirrorline.control.internal"
 
+#: How often, at most, a reader that reads nothing new checks that the topic still exists.
+_EXISTS_EVERY_S = 2.0
+
 #: Called after every applied record: (offset, record, outcome).
 Listener = Callable[[int, control_pb2.ControlRecord, Outcome], None]
 
@@ -67,6 +71,7 @@ class ControlLog:
         #: Why following the log stopped for good (health says NOT_SERVING); None while
         #: it is followed.
         self.failed: str | None = None
+        self._checked_at = float("-inf")
 
     @property
     def undecodable(self) -> int:
@@ -161,6 +166,9 @@ class ControlLog:
                     if end is not None and end <= self.state.applied_offset:
                         self._suspect = (f"it ends at offset {end}, but offset "
                                          f"{self.state.applied_offset} was already applied")
+                    elif self.state.applied_offset >= 0 and await self._vanished():
+                        self._suspect = (f"the topic no longer exists, but offset "
+                                         f"{self.state.applied_offset} was already applied")
                     continue
             except asyncio.CancelledError:
                 raise
@@ -176,6 +184,25 @@ class ControlLog:
                 self._apply(record.offset, record.value)
             async with self._applied:
                 self._applied.notify_all()
+
+    async def _vanished(self) -> bool:
+        """The topic is gone from the home cluster (checked at most every few seconds).
+
+        A cluster that came back empty (Apache Kafka, say, restarted on fresh storage)
+        has no control topic at all until someone creates it: fetches for it fail, the
+        reader keeps the high watermark of the old topic, and the end never looks behind
+        what was applied. Nobody would recreate the topic either -- a claim waits for it
+        and times out -- so the gap must be noticed here. An unreachable cluster says
+        nothing either way."""
+        now = time.monotonic()
+        if now - self._checked_at < _EXISTS_EVERY_S:
+            return False
+        self._checked_at = now
+        try:
+            return not await self._reader.exists()
+        except Exception as exc:
+            log.debug("could not check that %s exists: %s", self.topic, one_line(exc))
+            return False
 
     async def _rebuild(self, why: str) -> None:
         """Forget the state and replay the log as it is now (see the module docstring)."""

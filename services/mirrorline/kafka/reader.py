@@ -80,6 +80,12 @@ class TopicReader:
                 return False
         return True
 
+    async def exists(self) -> bool:
+        """Whether the cluster's metadata shows the topic now (fresh metadata, not the
+        consumer's cache); raises a KafkaError when no broker answers."""
+        known = await partitions_by_topic(self._consumer, [self.topic])
+        return bool(known.get(self.topic))
+
     def end_offsets(self) -> dict[int, int]:
         """Partition -> high watermark, as of the latest fetch (partitions not fetched yet
         are missing)."""
