@@ -114,12 +114,28 @@ class FlowTranslator:
         """Read `topic` to its end (then `loaded()`), then keep tailing; retry while it is
         missing or its cluster is unreachable."""
         first = True
+        missing_said = False
         position: int | None = None  # after a reconnect, continue where reading stopped
         while True:
             reader = TopicReader(kwargs, topic)
             try:
                 await reader.start(partitions=1,
                                    resume_at=None if position is None else {0: position})
+                if not await reader.exists():
+                    # Nobody wrote it yet (a replicator creates it with its first copies,
+                    # and topics are never auto-created): nothing to translate from is an
+                    # answer, not a reason to keep callers waiting.
+                    if first:
+                        if topic == self.syncs_topic:
+                            self.syncs.start_initial_read(self._must_read_to_end)
+                        loaded()
+                        first = False
+                    if not missing_said:
+                        log.info("%s: %s does not exist yet: nothing to translate from "
+                                 "until it does", self.flow.name, topic)
+                        missing_said = True
+                    await asyncio.sleep(RETRY_S)
+                    continue
                 if first and topic == self.syncs_topic:
                     self.syncs.start_initial_read(self._must_read_to_end)
                 for record in await reader.read_to_end():
