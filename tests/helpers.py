@@ -306,3 +306,16 @@ async def steady(bootstrap: str, topic: str, partitions: int, *, burst: int = 60
         stop.set()
         await task
         await producer.stop()
+
+
+def assert_monotonic(checkpoints: list[Any]) -> None:
+    """Per group and partition, neither offset of a checkpoint ever goes backwards (any
+    checkpoint type with group, topic, partition and both offsets: ours or MM2's decoded)."""
+    last: dict[tuple[str, str, int], Any] = {}
+    for c in checkpoints:
+        key = (c.group, c.topic, c.partition)
+        before = last.get(key)
+        if before is not None:
+            assert c.upstream_offset >= before.upstream_offset, (before, c)
+            assert c.downstream_offset >= before.downstream_offset, (before, c)
+        last[key] = c

@@ -162,17 +162,6 @@ def latest(found: list[Checkpoint], group: str) -> dict[tuple[str, int], Checkpo
     return out
 
 
-def assert_monotonic(found: list[Checkpoint]) -> None:
-    """Per group and partition, neither offset of a checkpoint ever goes backwards."""
-    last: dict[tuple[str, str, int], Checkpoint] = {}
-    for c in found:
-        key = (c.group, c.topic, c.partition)
-        before = last.get(key)
-        if before is not None:
-            assert c.upstream_offset >= before.upstream_offset, (before, c)
-            assert c.downstream_offset >= before.downstream_offset, (before, c)
-        last[key] = c
-
 
 async def wait_checkpoints(backup: Any, source: str, group: str,
                            want: Mapping[tuple[str, int], int], timeout: float = 90, *,

@@ -22,6 +22,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from helpers import (
     Record,
+    assert_monotonic,
     commit_offsets,
     committed_offsets,
     consume_all,
@@ -114,17 +115,6 @@ async def ends(bootstrap: str, topic: str) -> dict[int, int]:
     """Log end per partition (records are never deleted in these tests)."""
     return {p: len(rs) for p, rs in (await consume_all(bootstrap, topic)).items()}
 
-
-def assert_monotonic(checkpoints: list[Checkpoint]) -> None:
-    """Per group and partition, neither offset of a checkpoint ever goes backwards."""
-    last: dict[tuple[str, str, int], Checkpoint] = {}
-    for c in checkpoints:
-        key = (c.group, c.topic, c.partition)
-        before = last.get(key)
-        if before is not None:
-            assert c.upstream_offset >= before.upstream_offset, (before, c)
-            assert c.downstream_offset >= before.downstream_offset, (before, c)
-        last[key] = c
 
 
 async def wait_checkpoints(m: Mirror, group: str, want: Mapping[tuple[str, int], int],

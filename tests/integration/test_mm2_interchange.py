@@ -14,10 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import commit_offsets, consume_all, produce, wait_for
+from helpers import assert_monotonic, commit_offsets, consume_all, produce, wait_for
 from mm2_peer import (
     aliases,
-    assert_monotonic,
     checkpoints,
     create_ready,
     latest,
