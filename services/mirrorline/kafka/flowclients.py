@@ -16,7 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.errors import KafkaConnectionError, KafkaError
 
+from mirrorline.core.errors import ConfigError
 from mirrorline.core.settings import FlowSettings
 from mirrorline.kafka.admin import ClusterAdmin
 from mirrorline.kafka.clients import admin_kwargs, consumer_kwargs, producer_kwargs
@@ -75,8 +77,7 @@ class FlowClients:
             if transactional_id is not None:
                 pkw.update(transactional_id=transactional_id, enable_idempotence=True,
                            acks="all")
-            producer = AIOKafkaProducer(**pkw)
-            await producer.start()
+            producer, pkw = await _start_data_producer(flow, pkw)
             started.append(producer)
             bookkeeping = AIOKafkaProducer(**_kwargs(
                 producer_kwargs, flow.clients.target_producer, f"{name}|bookkeeping"))
@@ -115,6 +116,60 @@ class FlowClients:
     async def close(self) -> None:
         await _close_all([self.consumer, self.producer, self.bookkeeping_producer,
                           self.sync_producer, self.source_admin, self.target_admin])
+
+
+def idempotent_by_default(java: Mapping[str, str], kwargs: Mapping[str, Any]) -> bool:
+    """True when the data producer is idempotent only because nobody said otherwise.
+
+    As in the Java producer since Kafka 3.0 (and so in MM2's producers): idempotence is on
+    unless `enable.idempotence` is set, or `acks` is set to something other than all.
+    Without it, a produce the client retries after the broker had already written it
+    lands twice -- a target node restart is enough."""
+    return ("enable.idempotence" not in java and kwargs.get("acks", "all") == "all"
+            and "transactional_id" not in kwargs)
+
+
+async def _start_data_producer(flow: FlowSettings, kwargs: dict[str, Any]
+                               ) -> tuple[AIOKafkaProducer, dict[str, Any]]:
+    """The started data producer and the settings it runs with.
+
+    A target that refuses idempotent producers (InitProducerId: some Kafka-compatible
+    brokers, or a principal without write access) gets a plain producer when idempotence
+    was only the default, with a WARNING naming the key; when the operator asked for it,
+    the flow stops with that reason instead."""
+    implicit = idempotent_by_default(flow.clients.target_producer, kwargs)
+    if implicit:
+        kwargs = dict(kwargs, enable_idempotence=True)
+    producer = AIOKafkaProducer(**kwargs)
+    try:
+        await producer.start()
+        return producer, kwargs
+    except KafkaConnectionError:
+        await _close_all([producer])
+        raise
+    except KafkaError as exc:
+        await _close_all([producer])
+        if not kwargs.get("enable_idempotence") or "transactional_id" in kwargs:
+            raise
+        why = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        key = f"{flow.target}.producer.enable.idempotence"
+        if not implicit:
+            raise ConfigError(key, f"= true, but {flow.target} refused an idempotent "
+                                   f"producer (InitProducerId: {why}); set it to false "
+                                   "to copy without idempotence") from exc
+        log.warning("%s->%s: %s refused an idempotent producer (InitProducerId: %s): "
+                    "copying without idempotence, so a produce retried after the broker "
+                    "wrote it lands twice (reported, never undone); set %s = false to "
+                    "choose this and silence the warning", flow.source, flow.target,
+                    flow.target, why, key)
+    kwargs = dict(kwargs, enable_idempotence=False)
+    producer = AIOKafkaProducer(**kwargs)
+    try:
+        await producer.start()
+    except BaseException:
+        await _close_all([producer])
+        raise
+    return producer, kwargs
 
 
 async def _close_all(clients: list[Any]) -> None:
