@@ -6,7 +6,7 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from config_text import BASE, flow, load, warning_keys
+from config_text import BASE, BASE_LINES, config_error, flow, load, warning_keys
 
 from mirrorline.core.config import (
     DEFAULTS,
@@ -475,6 +475,16 @@ def test_flow_client_override_of_connection_key_wins() -> None:
 
 
 def test_explicit_auto_offset_reset_and_acks_are_kept() -> None:
-    clients = flow("a.consumer.auto.offset.reset = latest\nb.producer.acks = 0\n").clients
+    clients = flow("a.consumer.auto.offset.reset = latest\nb.producer.acks = 1\n").clients
     assert clients.source_consumer["auto.offset.reset"] == "latest"
-    assert clients.target_producer["acks"] == "0"
+    assert clients.target_producer["acks"] == "1"
+
+
+@pytest.mark.parametrize("setting", ["b.producer.acks = 0", "a->b.producer.acks = 0",
+                                     "producer.acks = 0"])
+def test_acks_zero_on_the_target_is_refused_at_its_line(setting: str) -> None:
+    """acks=0 yields no offsets: the flow would copy with no progress and no checkpoints."""
+    error = config_error(f"# comment\n{setting}\n")
+    assert error.line == BASE_LINES + 2
+    assert error.key == setting.split(" = ")[0]
+    assert "without acknowledgements" in str(error)

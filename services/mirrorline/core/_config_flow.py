@@ -269,14 +269,17 @@ class FlowBuilder:
 
     def clients(self) -> ClientSettings:
         """Client configs with the precedence of spec §7.3 (see `DIFFERENCES_FROM_MM2`)."""
+        origins: dict[tuple[str, str, str], Property] = {}
+
         def client(alias: str, role: str) -> dict[str, str]:
             prefix = role + "."
             config = self.loader.redacted(cluster_connection(self.layers, alias))
             for store, only_clients in ((self.layers.top, True), (self.flow, True),
                                         (self.layers.cluster(alias), False)):
-                config.update({k[len(prefix):]: e.value for k, e in store.items()
-                               if k.startswith(prefix)
-                               and (keys.is_client_key(k) or not only_clients)})
+                for k, e in store.items():
+                    if k.startswith(prefix) and (keys.is_client_key(k) or not only_clients):
+                        config[k[len(prefix):]] = e.value
+                        origins[alias, role, k[len(prefix):]] = e
             return config
 
         source_consumer = client(self.source, "consumer")
@@ -284,6 +287,14 @@ class FlowBuilder:
         source_consumer.setdefault("auto.offset.reset", "earliest")
         target_producer = client(self.target, "producer")
         target_producer.setdefault("acks", "all")
+        if target_producer["acks"].strip() == "0":
+            # No acknowledgement carries no offset: progress, offset syncs and the offset
+            # map could never be written, so the flow would copy without a trace.
+            entry = origins.get((self.target, "producer", "acks"))
+            raise self.loader.error(entry, f"{self.target}.producer.acks", (
+                "= 0 cannot be used for the target producer: without acknowledgements "
+                "Mirrorline never learns where a record landed, so it could record no "
+                "progress, offset syncs or checkpoints; use all (the default) or 1"))
         return ClientSettings(
             source_consumer=source_consumer,
             source_producer=client(self.source, "producer"),
