@@ -92,12 +92,22 @@ async def test_a_flow_created_through_the_api_replicates_and_pause_resume_loses_
                                              for i in range(30)])
     async with deployment(deployment_config({a: primary, b: backup}), tmp_path) as d:
         await d.controller("c1")
-        for name in ("w1", "w2"):
-            await d.worker(name, metrics=True)
-        pids = {n: w.proc.pid for n, w in d.workers.items() if w.proc}
         admin = d.admin(await d.leader())
         flow = await admin.CreateFlow(admin_pb2.CreateFlowRequest(spec=spec(a, b, topic)))
         assert flow.name == f"{a}->{b}" and not flow.paused
+
+        async def unassigned_lag() -> bool:  # no worker yet: the controller measures
+            report = await d.status()
+            return ([(p.state, p.next_offset, p.lag_records, p.lag_ms > 0)
+                     for p in report.partitions]
+                    == [(flows_pb2.PARTITION_STATE_UNASSIGNED, 0, 10, True)] * 3
+                    and report.flows[0].lag_records == 30
+                    and "not assigned yet" in report.flows[0].error)
+        await wait_for(unassigned_lag, 20, "unassigned partitions did not show their backlog",
+                       interval=0.3)
+        for name in ("w1", "w2"):
+            await d.worker(name, metrics=True)
+        pids = {n: w.proc.pid for n, w in d.workers.items() if w.proc}
         await consume_all(backup.bootstrap, f"{a}.{topic}", expected=30, timeout=40)
 
         await admin.PauseFlow(admin_pb2.FlowRequest(name=flow.name))
