@@ -6,6 +6,7 @@ import asyncio
 import re
 import secrets
 import signal
+import time
 from pathlib import Path
 
 import grpc
@@ -47,10 +48,12 @@ async def all_running(d: Deployment, count: int, timeout: float = 40.0) -> dict[
     return owners
 
 
-async def lag_shown(d: Deployment, source: str, topic: str, behind: int) -> bool:
+async def lag_shown(d: Deployment, source: str, topic: str, behind: int,
+                    oldest_sent_ms: int = 0) -> bool:
     """Every partition of the flow is `behind` records behind the source, with a time lag
     (> 0 when behind, 0 when caught up), in the controller's status and in the workers'
-    `record_lag` / `record_lag_ms` metrics."""
+    `record_lag` / `record_lag_ms` metrics. The time lag is the age of the oldest record
+    not copied, produced at or after `oldest_sent_ms`: it cannot exceed the time since."""
     report = await d.status()
     [summary] = report.flows
     parts = report.partitions
@@ -60,7 +63,11 @@ async def lag_shown(d: Deployment, source: str, topic: str, behind: int) -> bool
     if any((p.lag_ms > 0) != (behind > 0) or p.lag_ms < 0 for p in parts) \
             or (summary.max_lag_ms > 0) != (behind > 0):
         return False
+    if oldest_sent_ms:
+        assert summary.max_lag_ms <= report.generated_at_ms + 1 - oldest_sent_ms, \
+            "the time lag is older than the oldest record not copied"
     texts = [await w.scrape() for w in d.workers.values()]
+    scraped_ms = time.time() * 1000
     remote = f"{source}.{topic}"
     for partition in range(3):
         lags = [metric(t, "record_lag", topic=remote, partition=str(partition)) for t in texts]
@@ -71,6 +78,8 @@ async def lag_shown(d: Deployment, source: str, topic: str, behind: int) -> bool
         age = next((v for v in ages if v is not None), None)
         if age is None or (age > 0) != (behind > 0):
             return False
+        if oldest_sent_ms:
+            assert age <= scraped_ms - oldest_sent_ms
     return True
 
 
@@ -122,11 +131,12 @@ async def test_a_flow_created_through_the_api_replicates_and_pause_resume_loses_
         assert positions == {0: 10, 1: 10, 2: 10}
         # Nobody fetches a paused partition, yet its lag is what the source holds beyond
         # it: status and metrics show the backlog growing and the oldest record's age.
+        first_sent_ms = int(time.time() * 1000)
         for behind in (5, 10):
             await produce(primary.bootstrap, topic, [
                 Record(f"two-{i}".encode(), partition=i % 3) for i in range(3 * behind - 15,
                                                                             3 * behind)])
-            await wait_for(lambda n=behind: lag_shown(d, a, topic, n), 20,
+            await wait_for(lambda n=behind: lag_shown(d, a, topic, n, first_sent_ms), 20,
                            f"a paused flow did not show {behind} records of lag", interval=0.3)
         held = await consume_all(backup.bootstrap, f"{a}.{topic}")
         assert sum(len(v) for v in held.values()) == 30  # nothing copied while paused
