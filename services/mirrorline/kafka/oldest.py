@@ -1,10 +1,10 @@
 """The timestamps of the oldest records not copied yet, read from the source.
 
-One group-less consumer per owner, assigned only while it reads: each call seeks every
+One group-less consumer per owner, fetching only while it reads: each call seeks every
 asked partition to its offset and takes the first record a fetch brings back (a small
 fetch: `max_partition_fetch_bytes` keeps it to about one record batch per partition, and
-all partitions led by one broker share one request). Between calls nothing is assigned,
-so the consumer fetches nothing in the background.
+all partitions led by one broker share one request). Between calls every partition is
+paused, so the consumer fetches nothing in the background.
 """
 
 from __future__ import annotations
@@ -58,5 +58,7 @@ class OldestRecords:
                     if first is not None:
                         out[tp] = int(first.timestamp)
         finally:
-            consumer.assign([])
+            # Paused, not unassigned: an empty assignment would make aiokafka ask for the
+            # metadata of every topic.
+            consumer.pause(*offsets)
         return out
