@@ -34,7 +34,7 @@ def test_a_partition_nobody_fetches_shows_its_backlog_from_the_measured_end() ->
     assert book.lag("p1", 0, NOW) == UNKNOWN
 
 
-def test_a_timestamp_is_read_once_per_next_offset_and_only_when_behind() -> None:
+def test_a_timestamp_is_read_only_when_behind_and_again_when_something_moved() -> None:
     book: LagBook[str] = LagBook()
     book.saw_ends({"behind": 50, "level": 7, "far": 1_000})
     positions = {"behind": 20, "level": 7, "far": 0, "unmeasured": 3}
@@ -46,12 +46,18 @@ def test_a_timestamp_is_read_once_per_next_offset_and_only_when_behind() -> None
     assert book.lag("behind", 20, NOW) == Lag(30, 2_500.0)
     assert book.lag("behind", 20, NOW + 1_000) == Lag(30, 3_500.0)  # paused: it ages
 
+    # New records on the source: read again (the read's fetch brings the true end).
+    book.saw_ends({"behind": 55})
+    assert book.stamps_wanted({"behind": 20}) == {"behind": 20}
+    book.saw_stamp("behind", 20, int(NOW) - 2_500)
+    assert book.stamps_wanted({"behind": 20}) == {}
+
     # Copying moved on: the old record's age is no longer the oldest's.
-    assert book.lag("behind", 25, NOW) == Lag(25, -1.0)
+    assert book.lag("behind", 25, NOW) == Lag(30, -1.0)
     assert book.stamps_wanted({"behind": 25}) == {"behind": 25}
     # Caught up: nothing to read, and no age.
-    assert book.stamps_wanted({"behind": 50}) == {}
-    assert book.lag("behind", 50, NOW) == Lag(0, 0.0)
+    assert book.stamps_wanted({"behind": 55}) == {}
+    assert book.lag("behind", 55, NOW) == Lag(0, 0.0)
 
 
 def test_retain_forgets_partitions_let_go() -> None:
@@ -61,3 +67,13 @@ def test_retain_forgets_partitions_let_go() -> None:
     book.retain(["b"])
     assert book.lag("a", 0, NOW) == UNKNOWN
     assert book.lag("b", 0, NOW) == Lag(5, -1.0)
+
+
+def test_an_end_never_goes_back() -> None:
+    """Tansu answers ListOffsets(latest) with its last batch's base offset + 1, short of
+    the high watermark a fetch showed: the shorter answer must not hide the backlog."""
+    book: LagBook[str] = LagBook()
+    book.saw_ends({"p": 1})    # ListOffsets, short
+    book.saw_ends({"p": 10})   # the oldest-record fetch's high watermark
+    book.saw_ends({"p": 1})    # ListOffsets again, next round
+    assert book.lag("p", 0, NOW).records == 10

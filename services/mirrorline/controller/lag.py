@@ -176,9 +176,10 @@ class UnownedLag:
         self._next.update(positions)
         wanted = self.book.stamps_wanted(positions)
         if wanted:
-            stamps = await clients.oldest.timestamps(
+            oldest = await clients.oldest.timestamps(
                 {TopicPartition(k.topic, k.partition): o for k, o in wanted.items()})
-            for tp, timestamp in stamps.items():
+            self.book.saw_ends({tps[tp]: high for tp, high in oldest.high_watermarks.items()})
+            for tp, timestamp in oldest.timestamps.items():
                 key = tps[tp]
                 self.book.saw_stamp(key, wanted[key], timestamp)
 

@@ -9,8 +9,10 @@ instead of the 0 that "nothing fetched, nothing known to be behind" used to read
 
 `LagBook` keeps what was learnt per partition (the newest log end, the timestamp of the
 record at a given offset) and says which timestamps are worth reading: only a lagging
-partition's, and only once per next offset -- a paused partition costs one read for the
-whole pause, a busy one at most one per measuring round. Pure: no clock, no I/O.
+partition's, and again only once its next offset or the source's end moved -- an idle
+paused partition costs one read for the whole pause, a busy one at most one per measuring
+round (the read's fetch also brings the high watermark, the end every broker gets right).
+Pure: no clock, no I/O.
 """
 
 from __future__ import annotations
@@ -59,13 +61,17 @@ class LagBook(Generic[K]):
 
     def __init__(self) -> None:
         self._ends: dict[K, int] = {}
-        #: key -> (offset read, timestamp of the oldest record at or after it)
-        self._stamps: dict[K, tuple[int, int]] = {}
+        #: key -> (offset read, timestamp of the oldest record at or after it, the end
+        #: known when it was read)
+        self._stamps: dict[K, tuple[int, int, int | None]] = {}
 
     def saw_ends(self, ends: Mapping[K, int]) -> None:
-        """Log ends just measured (ListOffsets). A newer answer replaces an older one,
-        even a lower one: a source that lost records really is at its new end."""
-        self._ends.update(ends)
+        """Log ends just measured (ListOffsets, or a fetch response's high watermark). An
+        end never goes back: some brokers answer ListOffsets(latest) short of the end a
+        fetch showed (Tansu), and a source that really lost records stops its partition
+        loudly anyway (the replicator's truncation check)."""
+        for key, end in ends.items():
+            self._ends[key] = max(end, self._ends.get(key, end))
 
     def end(self, key: K, fetched_high: int | None = None) -> int | None:
         """The newest log end known: measured, or from the owner's own fetch responses
@@ -79,9 +85,9 @@ class LagBook(Generic[K]):
     def stamps_wanted(self, positions: Mapping[K, int],
                       fetched_high: Mapping[K, int] | None = None,
                       limit: int | None = None) -> dict[K, int]:
-        """Partitions behind whose oldest unmirrored record's timestamp is not known, with
-        the offset to read it at (their next offset): the ones behind the most first, at
-        most `limit` of them."""
+        """Partitions behind whose oldest unmirrored record's timestamp is not known, or
+        was read before the end moved on, with the offset to read it at (their next
+        offset): the ones behind the most first, at most `limit` of them."""
         highs = fetched_high or {}
         wanted: list[tuple[int, K, int]] = []
         for key, offset in positions.items():
@@ -89,7 +95,8 @@ class LagBook(Generic[K]):
             if end is None or end <= offset or offset < 0:
                 continue
             known = self._stamps.get(key)
-            if known is not None and known[0] == offset:
+            if known is not None and known[0] == offset and known[2] is not None \
+                    and end <= known[2]:
                 continue
             wanted.append((end - offset, key, offset))
         wanted.sort(key=lambda w: -w[0])
@@ -100,8 +107,8 @@ class LagBook(Generic[K]):
     def saw_stamp(self, key: K, offset: int, timestamp_ms: int) -> None:
         """The oldest record at or after `offset` has `timestamp_ms` (compacted-away or
         aborted offsets are stood in for by the next record, which is then the oldest
-        one not copied)."""
-        self._stamps[key] = (offset, timestamp_ms)
+        one not copied). Record the read's high watermark (`saw_ends`) first."""
+        self._stamps[key] = (offset, timestamp_ms, self._ends.get(key))
 
     def lag(self, key: K, next_offset: int, now_ms: float,
             fetched_high: int | None = None) -> Lag:

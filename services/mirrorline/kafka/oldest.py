@@ -11,11 +11,21 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-__all__ = ["OldestRecords"]
+__all__ = ["Oldest", "OldestRecords"]
+
+
+@dataclass(frozen=True)
+class Oldest:
+    #: Timestamp of the oldest record at or after the asked offset, per partition.
+    timestamps: dict[TopicPartition, int]
+    #: The high watermark the fetch responses carried (right on every broker, where
+    #: ListOffsets(latest) is not: Tansu answers short of the end).
+    high_watermarks: dict[TopicPartition, int]
 
 
 class OldestRecords:
@@ -32,31 +42,35 @@ class OldestRecords:
             await consumer.stop()
 
     async def timestamps(self, offsets: Mapping[TopicPartition, int], *,
-                         wait_s: float = 1.0) -> dict[TopicPartition, int]:
+                         wait_s: float = 1.0) -> Oldest:
         """Timestamp of the first record at or after each partition's offset; partitions
         that brought nothing within `wait_s` (leader away, an offset no longer there) are
-        left out."""
+        left out. The high watermarks of the fetch responses come along."""
+        out = Oldest({}, {})
         if not offsets:
-            return {}
+            return out
         consumer = self._consumer
         if consumer is None:
             consumer = AIOKafkaConsumer(**self._kwargs)
             await consumer.start()
             self._consumer = consumer
-        out: dict[TopicPartition, int] = {}
         consumer.assign(list(offsets))
         try:
             for tp, offset in offsets.items():
                 consumer.seek(tp, offset)
             deadline = time.monotonic() + wait_s
-            while len(out) < len(offsets) and time.monotonic() < deadline:
-                left = [tp for tp in offsets if tp not in out]
+            while len(out.timestamps) < len(offsets) and time.monotonic() < deadline:
+                left = [tp for tp in offsets if tp not in out.timestamps]
                 batches = await consumer.getmany(*left, timeout_ms=max(
                     1, int((deadline - time.monotonic()) * 1000)))
                 for tp, records in batches.items():
                     first = next((r for r in records if r.offset >= offsets[tp]), None)
                     if first is not None:
-                        out[tp] = int(first.timestamp)
+                        out.timestamps[tp] = int(first.timestamp)
+            for tp in offsets:
+                high = consumer.highwater(tp)
+                if high is not None:
+                    out.high_watermarks[tp] = int(high)
         finally:
             # Paused, not unassigned: an empty assignment would make aiokafka ask for the
             # metadata of every topic.

@@ -4,8 +4,9 @@ Every `LAG_INTERVAL_S` (and at once when partitions are added) the flow asks the
 for the log ends of all its partitions (ListOffsets, one request per source broker) and,
 for those behind whose oldest unmirrored record's timestamp is not known yet, reads that
 record (`kafka/oldest.OldestRecords`: one small fetch per lagging partition, and only
-when its next offset moved). What the flow's own consumer learnt from fetch responses
-counts too, so a running partition's lag is never older than its last fetch. The
+when its next offset or the end moved; the fetch's high watermark counts as an end too).
+What the flow's own consumer learnt from fetch responses counts as well, so a running
+partition's lag is never older than its last fetch. The
 arithmetic and the memory are `core/lag.LagBook`; status, worker heartbeats and the
 `record-lag` / `record-lag-ms` metrics all read the same book.
 """
@@ -113,6 +114,8 @@ class FlowLag:
         highs = {tp: high for tp in positions if (high := consumer.highwater(tp)) is not None}
         wanted = self.book.stamps_wanted(positions, highs, limit=MAX_READS)
         if wanted and self._oldest is not None:
-            stamps = await self._oldest.timestamps(wanted)
-            for tp, timestamp in stamps.items():
+            oldest = await self._oldest.timestamps(wanted)
+            self.book.saw_ends({tp: high for tp, high in oldest.high_watermarks.items()
+                                if tp in self._pumps})
+            for tp, timestamp in oldest.timestamps.items():
                 self.book.saw_stamp(tp, wanted[tp], timestamp)
