@@ -221,12 +221,14 @@ class Deployment:
             await proc.wait_serving()
         return proc
 
-    async def worker(self, name: str) -> ServiceProcess:
-        port = free_port()
+    async def worker(self, name: str, *, metrics: bool = False) -> ServiceProcess:
+        """A replicator worker; `metrics`: with a /metrics endpoint to `scrape`."""
+        port, metrics_port = free_port(), free_port() if metrics else None
         proc = ServiceProcess(
             ["replicator", "--worker", "--config", str(self.path), "--worker-id", name,
-             "--grpc-port", str(port), "--metrics-port", "-1"], grpc_port=port,
-            log_path=self.tmp / f"{name}.log", credentials=self.credentials)
+             "--grpc-port", str(port), "--metrics-port", str(metrics_port or -1)],
+            grpc_port=port, log_path=self.tmp / f"{name}.log", metrics_port=metrics_port,
+            credentials=self.credentials)
         await proc.start()
         self.workers[name] = proc
         return proc

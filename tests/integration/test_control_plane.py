@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import secrets
 import signal
+import time
 from pathlib import Path
 
 import grpc
@@ -46,6 +48,50 @@ async def all_running(d: Deployment, count: int, timeout: float = 40.0) -> dict[
     return owners
 
 
+async def lag_shown(d: Deployment, source: str, topic: str, behind: int,
+                    oldest_sent_ms: int = 0) -> bool:
+    """Every partition of the flow is `behind` records behind the source, with a time lag
+    (> 0 when behind, 0 when caught up), in the controller's status and in the workers'
+    `record_lag` / `record_lag_ms` metrics. The time lag is the age of the oldest record
+    not copied, produced at or after `oldest_sent_ms`: it cannot exceed the time since."""
+    report = await d.status()
+    [summary] = report.flows
+    parts = report.partitions
+    if (len(parts) != 3 or any(p.lag_records != behind for p in parts)
+            or summary.lag_records != 3 * behind):
+        return False
+    if any((p.lag_ms > 0) != (behind > 0) or p.lag_ms < 0 for p in parts) \
+            or (summary.max_lag_ms > 0) != (behind > 0):
+        return False
+    if oldest_sent_ms:
+        assert summary.max_lag_ms <= report.generated_at_ms + 1 - oldest_sent_ms, \
+            "the time lag is older than the oldest record not copied"
+    texts = [await w.scrape() for w in d.workers.values()]
+    scraped_ms = time.time() * 1000
+    remote = f"{source}.{topic}"
+    for partition in range(3):
+        lags = [metric(t, "record_lag", topic=remote, partition=str(partition)) for t in texts]
+        ages = [metric(t, "record_lag_ms", topic=remote, partition=str(partition))
+                for t in texts]
+        if [v for v in lags if v is not None] != [behind]:
+            return False
+        age = next((v for v in ages if v is not None), None)
+        if age is None or (age > 0) != (behind > 0):
+            return False
+        if oldest_sent_ms:
+            assert age <= scraped_ms - oldest_sent_ms
+    return True
+
+
+def metric(text: str, name: str, **labels: str) -> float | None:
+    """The value of the sample of `name` whose labels include `labels`, from /metrics."""
+    for line in text.splitlines():
+        found = re.fullmatch(rf"{name}\{{(.*)\}} (\S+)", line)
+        if found and all(f'{k}="{v}"' in found.group(1) for k, v in labels.items()):
+            return float(found.group(2))
+    return None
+
+
 async def test_a_flow_created_through_the_api_replicates_and_pause_resume_loses_nothing(
         primary: LocalBroker, backup: LocalBroker, unique: str, tmp_path: Path) -> None:
     a, b = aliases()
@@ -55,12 +101,22 @@ async def test_a_flow_created_through_the_api_replicates_and_pause_resume_loses_
                                              for i in range(30)])
     async with deployment(deployment_config({a: primary, b: backup}), tmp_path) as d:
         await d.controller("c1")
-        for name in ("w1", "w2"):
-            await d.worker(name)
-        pids = {n: w.proc.pid for n, w in d.workers.items() if w.proc}
         admin = d.admin(await d.leader())
         flow = await admin.CreateFlow(admin_pb2.CreateFlowRequest(spec=spec(a, b, topic)))
         assert flow.name == f"{a}->{b}" and not flow.paused
+
+        async def unassigned_lag() -> bool:  # no worker yet: the controller measures
+            report = await d.status()
+            return ([(p.state, p.next_offset, p.lag_records, p.lag_ms > 0)
+                     for p in report.partitions]
+                    == [(flows_pb2.PARTITION_STATE_UNASSIGNED, 0, 10, True)] * 3
+                    and report.flows[0].lag_records == 30
+                    and "not assigned yet" in report.flows[0].error)
+        await wait_for(unassigned_lag, 20, "unassigned partitions did not show their backlog",
+                       interval=0.3)
+        for name in ("w1", "w2"):
+            await d.worker(name, metrics=True)
+        pids = {n: w.proc.pid for n, w in d.workers.items() if w.proc}
         await consume_all(backup.bootstrap, f"{a}.{topic}", expected=30, timeout=40)
 
         await admin.PauseFlow(admin_pb2.FlowRequest(name=flow.name))
@@ -73,14 +129,22 @@ async def test_a_flow_created_through_the_api_replicates_and_pause_resume_loses_
         await wait_for(paused, 20, "the flow did not report paused", interval=0.3)
         positions = {p.partition: p.next_offset for p in (await d.status()).partitions}
         assert positions == {0: 10, 1: 10, 2: 10}
-        await produce(primary.bootstrap, topic, [Record(f"two-{i}".encode(), partition=i % 3)
-                                                 for i in range(30)])
-        await asyncio.sleep(3)
+        # Nobody fetches a paused partition, yet its lag is what the source holds beyond
+        # it: status and metrics show the backlog growing and the oldest record's age.
+        first_sent_ms = int(time.time() * 1000)
+        for behind in (5, 10):
+            await produce(primary.bootstrap, topic, [
+                Record(f"two-{i}".encode(), partition=i % 3) for i in range(3 * behind - 15,
+                                                                            3 * behind)])
+            await wait_for(lambda n=behind: lag_shown(d, a, topic, n, first_sent_ms), 20,
+                           f"a paused flow did not show {behind} records of lag", interval=0.3)
         held = await consume_all(backup.bootstrap, f"{a}.{topic}")
         assert sum(len(v) for v in held.values()) == 30  # nothing copied while paused
         assert {p.partition: p.next_offset for p in (await d.status()).partitions} == positions
 
         await admin.ResumeFlow(admin_pb2.FlowRequest(name=flow.name))
+        await wait_for(lambda: lag_shown(d, a, topic, 0), 20,
+                       "a resumed flow's lag did not return to 0", interval=0.3)
         mirrored = await consume_all(backup.bootstrap, f"{a}.{topic}", expected=60, timeout=40)
         values = sorted(r.value for rs in mirrored.values() for r in rs)
         assert values == sorted([f"one-{i}".encode() for i in range(30)]

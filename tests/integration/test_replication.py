@@ -181,6 +181,7 @@ async def test_status_reports_partitions_and_lag(primary: LocalBroker, backup: L
                     f'topic="primary.{topic}"')
             assert f"record_count_total{{{tags}}} 10.0" in _without_scope(text)
             assert f"record_lag{{{tags}}} 0.0" in _without_scope(text)
+            assert f"record_lag_ms{{{tags}}} 0.0" in _without_scope(text)  # caught up
         for name in ("record_age_ms_max", "replication_latency_ms_avg", "byte_count_total",
                      "record_rate", "byte_rate"):
             assert f"\n{name}{{" in text, f"{name} missing from /metrics"

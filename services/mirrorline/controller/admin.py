@@ -22,6 +22,7 @@ from mirrorline.controller.discovery import Discoveries
 from mirrorline.controller.drift import DriftAdmin
 from mirrorline.controller.failback import Failback, FailbackError, ScrapeRefused, confirmation
 from mirrorline.controller.forwarding import announced_channel, forward
+from mirrorline.controller.lag import UnownedLag
 from mirrorline.controller.workers import WorkerRegistry
 from mirrorline.core.bounds import MAX_FAILOVER_GROUPS
 from mirrorline.core.control import ControlState, FlowRecord, Outcome
@@ -64,6 +65,7 @@ class ControllerContext(Protocol):
     deployment: MirrorSettings
     discoveries: Discoveries
     registry: WorkerRegistry
+    lag: UnownedLag
 
     @property
     def state(self) -> ControlState: ...
@@ -412,11 +414,12 @@ class AdminServicer(DriftAdmin, admin_pb2_grpc.AdminServicer):
     # -- helpers ----------------------------------------------------------------------
     def _report(self, flow: str | None) -> admin_pb2.StatusReport:
         return status.report(self._c.state, self._c.registry, self._c.discoveries,
-                             controller_id=self._c.controller_id, flow=flow or None)
+                             controller_id=self._c.controller_id, flow=flow or None,
+                             measured=self._c.lag)
 
     def _flow(self, record: FlowRecord) -> admin_pb2.Flow:
         partitions = status.partition_statuses(self._c.state, self._c.registry, record.name,
-                                               self._c.discoveries.desired())
+                                               self._c.discoveries.desired(), self._c.lag)
         summary = status.flow_summary(record, partitions, self._c.discoveries)
         return status.flow_message(record, summary)
 

@@ -26,20 +26,23 @@ from typing import Any
 import grpc
 from aiokafka.errors import KafkaError
 
+from mirrorline.controller import status
 from mirrorline.controller.admin import AdminServicer
 from mirrorline.controller.audit import AuditInterceptor
 from mirrorline.controller.discovery import Discoveries
 from mirrorline.controller.election import Election
+from mirrorline.controller.lag import UnownedLag
 from mirrorline.controller.reconciler import Reconciler
 from mirrorline.controller.workers import CoordinatorServicer, WorkerRegistry
 from mirrorline.controlplane.home import control_topics, home_clients, home_cluster
 from mirrorline.controlplane.lease import LeaseBoard
 from mirrorline.controlplane.log import ControlLog
+from mirrorline.core.assignment import PartitionKey
 from mirrorline.core.backoff import Backoff
 from mirrorline.core.control import ControlState, Outcome
 from mirrorline.core.errors import one_line
 from mirrorline.core.flowdefs import Definition, differences, file_definitions
-from mirrorline.core.settings import MirrorSettings
+from mirrorline.core.settings import FlowSettings, MirrorSettings
 from mirrorline.grpcserver import ServiceServer
 from mirrorline.kafka.admin import ClusterAdmin
 from mirrorline.kafka.causes import explain
@@ -85,6 +88,8 @@ class ControllerService:
         self._wake = asyncio.Event()
         self.discoveries = Discoveries(admins, on_refreshed=self._wake.set)
         self._reconciler = Reconciler(deployment, self.discoveries, self.registry)
+        #: The lag of partitions no live owner reports, measured while leading.
+        self.lag = UnownedLag(f"controller-{controller_id}")
         #: Why the last reconciliation round failed (a bug); None when it did not.
         self._reconcile_error: str | None = None
         self._control: ControlLog | None = None
@@ -210,6 +215,8 @@ class ControllerService:
                                   on_change=self._leadership_changed)
         self._tasks.append(asyncio.create_task(self._election.run(), name="election"))
         self._tasks.append(asyncio.create_task(self._reconcile_loop(), name="reconcile"))
+        self._tasks.append(asyncio.create_task(self.lag.run(self._unreported, self._tracked),
+                                               name="lag of unassigned partitions"))
         log.info("controller %s on %s (home cluster %r, control log at offset %d)",
                  self.controller_id, address, self.home, self.state.applied_offset)
 
@@ -338,6 +345,16 @@ class ControllerService:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), 1.0)
 
+    def _unreported(self) -> dict[PartitionKey, str]:
+        """Partitions of the flows run here that no live owner reports (the leader
+        measures them)."""
+        if not self.is_leader:
+            return {}
+        return status.unreported(self.state, self.registry, self.discoveries.desired())
+
+    def _tracked(self) -> dict[str, FlowSettings]:
+        return {name: f.settings for name, f in self.discoveries.flows.items()}
+
     def _register_metrics(self) -> None:
         assert self.telemetry is not None
         meter = self.telemetry.meter
@@ -360,6 +377,7 @@ class ControllerService:
             lambda: len(self.state.owners))])
         meter.create_observable_gauge("live-workers", callbacks=[observe(
             lambda: len(self.registry.live()))])
+        self.lag.register_metrics(meter)
 
 
 _EMPTY = ControlState()

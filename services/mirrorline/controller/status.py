@@ -6,6 +6,7 @@ import time
 from collections.abc import Mapping
 
 from mirrorline.controller.discovery import Discoveries
+from mirrorline.controller.lag import UnownedLag
 from mirrorline.controller.workers import WorkerRegistry
 from mirrorline.core.assignment import PartitionKey
 from mirrorline.core.control import ControlState, FlowRecord
@@ -15,10 +16,46 @@ from mirrorline.v1 import admin_pb2, flows_pb2, spark_pb2
 
 def partition_statuses(state: ControlState, registry: WorkerRegistry,
                        flow: str | None = None,
-                       desired: Mapping[PartitionKey, str] | None = None
+                       desired: Mapping[PartitionKey, str] | None = None,
+                       measured: UnownedLag | None = None
                        ) -> list[flows_pb2.PartitionStatus]:
-    """Every assigned (or moving) partition, as its owner last reported it. A partition
-    released and not `desired` any more (a narrowed filter) is done with, not shown."""
+    """Every assigned (or moving) partition, as its owner last reported it, and every
+    `desired` partition not assigned yet. A partition released and not `desired` any more
+    (a narrowed filter) is done with, not shown. Partitions no live owner reports show
+    the lag the controller `measured` for them."""
+    reported = _reported(registry)
+    out: list[flows_pb2.PartitionStatus] = []
+    for key, remote, owner, moving in _rows(state, registry, desired):
+        if flow and key.flow != flow:
+            continue
+        status = reported.get((key, owner)) if owner else None
+        if status is None:
+            status = flows_pb2.PartitionStatus(
+                flow=key.flow, source_topic=key.topic, target_topic=remote,
+                partition=key.partition, source_end_offset=-1, next_offset=-1, lag_records=-1,
+                last_replication_latency_ms=-1, lag_ms=-1,
+                state=flows_pb2.PARTITION_STATE_UNASSIGNED, worker_id=owner,
+                error=("moving to another worker" if moving else
+                       "" if owner else "not assigned to a worker yet"))
+            found = measured.view(key) if measured is not None else None
+            if found is not None:
+                status.source_end_offset, status.next_offset = found.end, found.next_offset
+                status.lag_records, status.lag_ms = found.lag.records, found.lag.ms
+        out.append(status)
+    return out
+
+
+def unreported(state: ControlState, registry: WorkerRegistry,
+               desired: Mapping[PartitionKey, str]) -> dict[PartitionKey, str]:
+    """The partitions status shows that no live owner reports (key -> remote topic):
+    the ones whose lag the controller measures itself (`controller/lag.py`)."""
+    reported = _reported(registry)
+    return {key: remote for key, remote, owner, _ in _rows(state, registry, desired)
+            if not owner or (key, owner) not in reported}
+
+
+def _reported(registry: WorkerRegistry
+              ) -> dict[tuple[PartitionKey, str], flows_pb2.PartitionStatus]:
     reported: dict[tuple[PartitionKey, str], flows_pb2.PartitionStatus] = {}
     live = registry.live()
     for worker, view in registry.workers.items():
@@ -26,23 +63,21 @@ def partition_statuses(state: ControlState, registry: WorkerRegistry,
             continue
         for p in view.shown:
             reported[(PartitionKey(p.flow, p.source_topic, p.partition), worker)] = p
-    out: list[flows_pb2.PartitionStatus] = []
+    return reported
+
+
+def _rows(state: ControlState, registry: WorkerRegistry,
+          desired: Mapping[PartitionKey, str] | None
+          ) -> list[tuple[PartitionKey, str, str, bool]]:
+    """(key, remote topic, owner or "", moving) of every partition status shows."""
     gone = let_go(state, registry.reports(), desired) if desired is not None else set()
-    keys = sorted({*state.owners, *(k for k in state.revoking if k not in gone)})
-    for key in keys:
-        if flow and key.flow != flow:
-            continue
+    rows: dict[PartitionKey, tuple[str, str, bool]] = {}
+    for key, remote in (desired or {}).items():
+        rows[key] = (remote, "", False)
+    for key in {*state.owners, *(k for k in state.revoking if k not in gone)}:
         owner = state.owners.get(key) or state.revoking[key]
-        status = reported.get((key, owner.worker_id))
-        if status is None:
-            status = flows_pb2.PartitionStatus(
-                flow=key.flow, source_topic=key.topic, target_topic=owner.remote_topic,
-                partition=key.partition, source_end_offset=-1, next_offset=-1, lag_records=-1,
-                last_replication_latency_ms=-1, lag_ms=-1,
-                state=flows_pb2.PARTITION_STATE_UNASSIGNED, worker_id=owner.worker_id,
-                error="" if key in state.owners else "moving to another worker")
-        out.append(status)
-    return out
+        rows[key] = (owner.remote_topic, owner.worker_id, key not in state.owners)
+    return [(key, *rows[key]) for key in sorted(rows)]
 
 
 def flow_summary(record: FlowRecord, partitions: list[flows_pb2.PartitionStatus],
@@ -60,7 +95,7 @@ def flow_summary(record: FlowRecord, partitions: list[flows_pb2.PartitionStatus]
         state = flows_pb2.FLOW_STATE_RUNNING
     else:
         state = flows_pb2.FLOW_STATE_STARTING
-        if not mine and not errors:
+        if (not mine or any(not p.worker_id for p in mine)) and not errors:
             errors.append(_why_no_partitions(record, discoveries))
     return admin_pb2.FlowSummary(
         flow=record.name, state=state, error="; ".join(errors)[:2000], partitions=len(mine),
@@ -84,8 +119,9 @@ def _why_no_partitions(record: FlowRecord, discoveries: Discoveries) -> str:
 
 
 def report(state: ControlState, registry: WorkerRegistry, discoveries: Discoveries, *,
-           controller_id: str, flow: str | None = None) -> admin_pb2.StatusReport:
-    partitions = partition_statuses(state, registry, flow, discoveries.desired())
+           controller_id: str, flow: str | None = None,
+           measured: UnownedLag | None = None) -> admin_pb2.StatusReport:
+    partitions = partition_statuses(state, registry, flow, discoveries.desired(), measured)
     flows = [flow_summary(r, partitions, discoveries) for name, r in sorted(state.flows.items())
              if not flow or name == flow]
     live = registry.live()

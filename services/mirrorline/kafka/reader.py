@@ -134,8 +134,8 @@ class TopicReader:
 async def read_topic(consumer_kwargs: Mapping[str, Any], topic: str, *,
                      partitions: int | None = None, timeout: float = 60.0) -> list[Record]:
     reader = TopicReader(consumer_kwargs, topic)
-    await reader.start(partitions)
-    try:
+    try:  # a missing topic fails start(): its consumer is closed all the same
+        await reader.start(partitions)
         return await reader.read_to_end(timeout)
     finally:
         await reader.stop()

@@ -38,6 +38,7 @@ from mirrorline.replicator.delivery import DeliveryLoop
 from mirrorline.replicator.exactly_once import check_exactly_once
 from mirrorline.replicator.flow_open import bootstrap_servers, open_flow
 from mirrorline.replicator.flow_status import partition_views
+from mirrorline.replicator.lag import FlowLag
 from mirrorline.replicator.pump import PartitionPump, PumpState
 from mirrorline.replicator.sending import abort_sends, reopen_producer, replace_transactional
 from mirrorline.replicator.traffic import FlowTraffic
@@ -85,6 +86,7 @@ class FlowReplicator:
         self._pump_metrics: dict[TopicPartition, PartitionMetrics] = {}
         self._traffic = FlowTraffic(flow.name, self._pumps, self._pump_metrics,
                                     metrics=metrics, tracer=tracer, backoff=self._backoff)
+        self._lag = FlowLag(flow.name, self._pumps, lambda: self._traffic.consumer)
         self._saved: dict[tuple[str, int], int] = {}
         #: Source topics whose partitions were let go because the topic vanished: if it
         #: comes back it was recreated, and is copied from its start.
@@ -156,6 +158,8 @@ class FlowReplicator:
         self._tasks.append(asyncio.create_task(traffic.watch(
             self.flow.offset_flush_interval_ms / 1000.0, lambda: self._stopping),
             name=f"{self.name} watch"))
+        self._tasks.append(asyncio.create_task(self._lag.run(lambda: self._stopping),
+                                               name=f"{self.name} lag"))
         if self._discover:
             self._tasks.append(asyncio.create_task(self._discovery_loop(),
                                                    name=f"{self.name} discovery"))
@@ -170,6 +174,7 @@ class FlowReplicator:
         self._traffic.progress = opened.books.progress
         self._planner_of_starts, self._discovery = opened.starts, opened.discovery
         self._txn_books = opened.txn_books
+        self._lag.open(clients.source_consumer_kwargs)
 
     async def stop(self) -> None:
         """Finish batches in flight, persist progress and offset syncs, close clients."""
@@ -224,6 +229,7 @@ class FlowReplicator:
             self._delivery.wake.set()
 
     async def _close_clients(self) -> None:
+        await self._lag.close()
         if self._clients is not None:
             await self._clients.close()
         self._clients = None
@@ -326,6 +332,8 @@ class FlowReplicator:
             log.info("%s: now replicating %d partitions (+%d, -%d)", self.name,
                      len(self._pumps), len(added), len(removed))
         self._traffic.assignment_changed.set()
+        if added:
+            self._lag.wake()
 
     async def _note_vanished(self, topics: set[str]) -> None:
         """Remember which of `topics` (whose partitions are let go) no longer exist on the
@@ -383,7 +391,8 @@ class FlowReplicator:
             pump.notice = start.point.message
         metrics = self._metrics.partition(self.flow.source, self.flow.target, remote,
                                           tp.partition)
-        metrics.lag = functools.partial(self._traffic.lag, tp, pump)
+        metrics.lag = functools.partial(self._lag.records, tp, pump)
+        metrics.lag_ms = functools.partial(self._lag.millis, tp, pump)
         self._pumps[tp] = pump
         self._pump_metrics[tp] = metrics
 
@@ -410,8 +419,8 @@ class FlowReplicator:
     # -- status -----------------------------------------------------------------------
     def partitions(self) -> list[flows_pb2.PartitionStatus]:
         """Every owned partition as GetStatus and the worker heartbeats report it."""
-        return partition_views(self.name, self.worker_id, self._pumps, self._traffic.consumer,
-                               self._pump_metrics)
+        return partition_views(self.name, self.worker_id, self._pumps, self._pump_metrics,
+                               self._lag)
 
     @property
     def healthy(self) -> bool:

@@ -2,9 +2,10 @@
 
 Names and tags follow MM2 (`record-count`, `byte-rate`, `record-age-ms-max`, ... tagged
 `source`, `target`, `topic` = remote topic, `partition`) so an MM2 dashboard maps onto
-Mirrorline one to one; `record-lag` (records behind the source's high watermark) and
-`record-lost-count` (source records removed before they could be copied) are
-Mirrorline's additions. Values are folded in once per batch, not per record.
+Mirrorline one to one; `record-lag` (records behind the source's log end), `record-lag-ms`
+(the age of the oldest record not copied yet) and `record-lost-count` (source records
+removed before they could be copied) are Mirrorline's additions. Values are folded in once
+per batch, not per record.
 """
 
 from __future__ import annotations
@@ -30,7 +31,10 @@ class PartitionMetrics:
     latency: SampledStat = field(default_factory=SampledStat)
     records: SampledStat = field(default_factory=SampledStat)
     value_bytes: SampledStat = field(default_factory=SampledStat)
+    #: Records behind the source's log end, and the age in ms of the oldest record not
+    #: copied yet (None: not known, no sample).
     lag: Callable[[], int | None] = lambda: None
+    lag_ms: Callable[[], float | None] = lambda: None
 
 
 class ReplicationMetrics:
@@ -62,8 +66,10 @@ class ReplicationMetrics:
             ("replication-latency-ms-min", "", lambda m, now: m.latency.minimum(now)),
             ("replication-latency-ms-max", "", lambda m, now: m.latency.maximum(now)),
             ("replication-latency-ms-avg", "", lambda m, now: m.latency.average(now)),
-            ("record-lag", "source high watermark - next offset to copy",
+            ("record-lag", "source log end - next offset to copy",
              lambda m, now: _optional_float(m.lag())),
+            ("record-lag-ms", "age of the oldest source record not copied yet (0: caught up)",
+             lambda m, now: m.lag_ms()),
         ]
         for name, description, read in gauges:
             meter.create_observable_gauge(name, callbacks=[self._observer(read)],
