@@ -279,8 +279,8 @@ def settle(source: dict[str, Any], target: dict[str, Any], now_ms: int, *, windo
             if verdict.count != reported:
                 out.append((start, verdict))
         elif not reported and now_ms >= since + missing_after_ms:
-            held_s[key][2] = held_t.setdefault(key, [since, target_then, 0])[2] = \
-                verdict.count
+            for held in (held_s, held_t):
+                held[key] = [since, target_then, verdict.count]
             out.append((start, verdict))
     out.sort(key=lambda found: found[0])
     return out
