@@ -153,7 +153,7 @@ async def chain(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Chain
               "canary_interval_ms": "250", "canary_latency_slo_ms": str(SLO_MS),
               "audit_window_ms": str(WINDOW_MS), "audit_grace_ms": str(GRACE_MS),
               # The test's own "mirror" drops the last record of an idle partition.
-              "audit_missing_after_ms": str(GRACE_MS)}
+              "audit_missing_after_ms": str(WINDOW_MS)}
     # The replicators copy `orders` only; the heartbeat service audits both topics.
     mirrored = mm2_config(brokers, {"alpha->bravo": {"topics": topic},
                                     "bravo->charlie": {"topics": topic}}, **common)
