@@ -433,6 +433,16 @@ def test_a_lost_tail_is_missing_after_the_wait_and_late_if_it_comes_after_all() 
     assert settled(source, target, 9500, missing_after_ms=5000) == {0: "LATE 1"}
 
 
+def test_a_mirror_stopped_for_good_holds_no_more_than_max_held_windows() -> None:
+    source, target = Side.new(0, 0), Side.new(0, 0)
+    windows = audit.MAX_HELD + 3
+    fold(source, [(w * W + 1, w) for w in range(windows)], caught=windows * W + 500)
+    fold(target, [], caught=windows * W + 500)
+    given = settled(source, target, windows * W + 500)
+    assert given == {w * W: "MISSING 1" for w in range(3)}
+    assert len(source["held"]) == len(target["held"]) == audit.MAX_HELD
+
+
 def test_a_held_window_still_finds_duplicates_and_alterations() -> None:
     for arriving, verdict in (([(200, 2), (200, 2)], "DUPLICATED 1"),
                               ([(200, 9)], "CORRUPTED")):

@@ -216,6 +216,11 @@ def close(source: dict[str, Any], target: dict[str, Any], start: int,
     return judge((s[0], s[1]), (t[0], t[1]), source_truncated=truncated)
 
 
+#: Most windows one partition holds (see `settle`); a held window costs the table entry
+#: its sums, written again with every fold.
+MAX_HELD: Final = 100
+
+
 def _late(verdict: WindowVerdict, arrived: int) -> WindowVerdict:
     """An OK verdict of a held window whose `arrived` records came while it was held."""
     return WindowVerdict(Verdict.LATE, arrived, verdict.source_count, verdict.target_count,
@@ -234,7 +239,8 @@ def settle(source: dict[str, Any], target: dict[str, Any], now_ms: int, *, windo
     MISSING once the target partition has moved past it (a record timestamped at least
     `grace_ms` after its end) or it has waited `missing_after_ms`. Only moving past, or
     catching up, ends holding: a MISSING reported after the wait is replaced by LATE if
-    the records still come.
+    the records still come. At most `MAX_HELD` windows are held; beyond that the oldest
+    is MISSING for good.
     """
     out: list[tuple[int, WindowVerdict]] = []
     held_s: dict[str, list[int]] = source.setdefault("held", {})
@@ -282,5 +288,14 @@ def settle(source: dict[str, Any], target: dict[str, Any], now_ms: int, *, windo
             for held in (held_s, held_t):
                 held[key] = [since, target_then, verdict.count]
             out.append((start, verdict))
+    # A mirror stopped for good must not grow the table entry without end: beyond
+    # MAX_HELD, the oldest held window is MISSING for good (said now if not yet).
+    for key in sorted(held_s, key=int)[:max(0, len(held_s) - MAX_HELD)]:
+        reported = int(held_s[key][2])
+        s, t, truncated = counts(key)
+        verdict = judge(s, t, source_truncated=truncated)
+        release(key)
+        if verdict.count != reported:
+            out.append((int(key), verdict))
     out.sort(key=lambda found: found[0])
     return out
