@@ -25,7 +25,9 @@ the first canary after a restart for a gap, or forget a repeat).
 
 Verdicts go to the audit topic on the target, keyed by flow, topic, partition and
 window, so a verdict written twice (a window judged again after a recovery that lost the
-"judged" mark) replaces itself rather than counting twice.
+"judged" mark, or a MISSING window whose records came after all, now LATE) replaces the
+earlier one rather than counting twice. Which windows are judged when is the pure
+`core.record_audit.settle`.
 """
 
 from __future__ import annotations
