@@ -151,7 +151,9 @@ async def chain(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Chain
     await create_topic(brokers["bravo"].bootstrap, f"alpha.{faked}", 3)
     common = {"refresh_topics_interval_seconds": "1", "emit_heartbeats_interval_seconds": "1",
               "canary_interval_ms": "250", "canary_latency_slo_ms": str(SLO_MS),
-              "audit_window_ms": str(WINDOW_MS), "audit_grace_ms": str(GRACE_MS)}
+              "audit_window_ms": str(WINDOW_MS), "audit_grace_ms": str(GRACE_MS),
+              # The test's own "mirror" drops the last record of an idle partition.
+              "audit_missing_after_ms": str(WINDOW_MS)}
     # The replicators copy `orders` only; the heartbeat service audits both topics.
     mirrored = mm2_config(brokers, {"alpha->bravo": {"topics": topic},
                                     "bravo->charlie": {"topics": topic}}, **common)
@@ -462,20 +464,42 @@ async def test_bad_keys_exit_2_naming_key_and_line(tmp_path: Path) -> None:
 
 
 
+async def _healths_until_ok(stub: admin_pb2_grpc.AdminStub, flow: str,
+                            seen: list[str]) -> None:
+    """Every canary health of `flow` the service reports, in order, until the first OK."""
+    while not seen or seen[-1] != "OK":
+        with contextlib.suppress(Exception):  # not serving yet
+            report = await stub.Canary(heartbeat_pb2.CanaryRequest(flow=flow), timeout=5)
+            if not seen or seen[-1] != report.flows[0].health:
+                seen.append(report.flows[0].health)
+        await asyncio.sleep(0.1)
+
+
 async def test_controller_forwards_and_a_paused_flow_violates_the_canary(
         chain: Chain, tmp_path: Path) -> None:
     """A controller-run deployment (charlie -> alpha, one worker) with a managed heartbeat
     service: the controller's Admin API answers `topology`, `canary` and `audit` by
     forwarding, `status` carries the audit totals, and pausing the flow turns its canary
     from OK to VIOLATED. The managed service follows the control log: a flow created
-    through the API gets its canary without a restart."""
+    through the API gets its canary without a restart.
+
+    No false alarms: the service starts while the mirror does not carry its canary yet
+    (the flow is paused until its first canary is older than the SLO, as when the
+    replicator has yet to find a new canary topic), and its canary goes from UNKNOWN
+    straight to OK. After a pause longer than the audit's window and grace and a resume,
+    the records that waited are LATE, never MISSING."""
+    # The canary topic exists before the controller's first topic listing (so the flow
+    # takes it at resume); no later refresh within the test.
+    await create_topic(chain.bootstrap("charlie"), "mirrorline-canary", 1)
     config = deployment_config({a: chain.brokers[a] for a in ("charlie", "alpha")},
                                {"charlie->alpha": {"topics": "nothing-here"}},
-                               audit_window_ms="1000", canary_interval_ms="250",
-                               canary_latency_slo_ms=str(SLO_MS),
-                               refresh_topics_interval_seconds="1")
+                               audit_window_ms="1000", audit_grace_ms="1000",
+                               canary_interval_ms="250", canary_latency_slo_ms=str(SLO_MS))
     async with deployment(config, tmp_path) as d:
         controller = await d.controller()
+        server = f"127.0.0.1:{controller.grpc_port}"
+        paused = cli("admin", "--server", server, "flows", "pause", "charlie->alpha")
+        assert paused.returncode == 0, paused.stderr
         await d.worker("w1")
         port = free_port()
         managed = ServiceProcess(
@@ -483,8 +507,10 @@ async def test_controller_forwards_and_a_paused_flow_violates_the_canary(
              "--metrics-port", "-1", "--instance-id", "hb-managed"], grpc_port=port,
             log_path=tmp_path / "hb-managed.log")
         await managed.start()
+        healths: list[str] = []
+        watching = asyncio.create_task(_healths_until_ok(
+            admin_pb2_grpc.AdminStub(managed.channel), "charlie->alpha", healths))
         try:
-            server = f"127.0.0.1:{controller.grpc_port}"
 
             async def forwarded() -> bool:
                 done = cli("admin", "--server", server, "topology", "--cluster", "charlie")
@@ -508,17 +534,51 @@ async def test_controller_forwards_and_a_paused_flow_violates_the_canary(
                 return str(json.loads(done.stdout)["flows"][0]["health"]) \
                     if done.returncode == 0 else ""
 
-            async def ok() -> bool:
+            async def first_canary_overdue() -> bool:
+                sent = await consume_all(chain.bootstrap("charlie"), "mirrorline-canary")
+                first = CanaryRecord.decode(sent[0][0].value) if sent.get(0) else None
+                return first is not None and time.time() * 1000 - first.sent_ms > SLO_MS
+
+            await wait_for(first_canary_overdue, 60, "the service never sent a canary")
+            # (In a thread: the health watcher keeps polling meanwhile.)
+            resumed = await asyncio.to_thread(cli, "admin", "--server", server, "flows",
+                                              "resume", "charlie->alpha")
+            assert resumed.returncode == 0, resumed.stderr
+            await asyncio.wait_for(watching, 90)  # until the first OK
+            assert set(healths) == {"UNKNOWN", "OK"}, healths  # no alarm while starting
+
+            async def ok() -> bool:  # as the controller forwards it
                 return health() == "OK"
 
-            await wait_for(ok, 90, "the canary of charlie->alpha never reported OK")
+            await wait_for(ok, 60, "the controller never forwarded the canary's OK")
+
             paused = cli("admin", "--server", server, "flows", "pause", "charlie->alpha")
             assert paused.returncode == 0, paused.stderr
+            paused_ms = int(time.time() * 1000)
 
             async def violated() -> bool:
                 return health() == "VIOLATED"
 
             await wait_for(violated, 60, "the canary of a paused flow never reported VIOLATED")
+            resumed = cli("admin", "--server", server, "flows", "resume", "charlie->alpha")
+            assert resumed.returncode == 0, resumed.stderr
+            resumed_ms = int(time.time() * 1000)
+
+            def verdicts() -> list[dict[str, object]]:
+                done = cli("admin", "--server", server, "audit", "charlie->alpha",
+                           "--output", "json")
+                assert done.returncode == 0, done.stderr
+                found: list[dict[str, object]] = json.loads(done.stdout)["windows"]
+                return found
+
+            async def judged_past_the_pause() -> bool:
+                return any(int(str(w["window_start_ms"])) >= resumed_ms for w in verdicts())
+
+            await wait_for(judged_past_the_pause, 60, "the audit never judged past the pause")
+            during = [w for w in verdicts() if paused_ms <= int(str(w["window_end_ms"]))
+                      and int(str(w["window_start_ms"])) < resumed_ms]
+            assert during and {w["verdict"] for w in during} <= {"OK", "LATE"}, during
+            assert any(w["verdict"] == "LATE" for w in during), during
 
             # A flow created through the Admin API is probed without a restart.
             created = cli("admin", "--server", server, "flows", "create", "alpha->charlie",
@@ -535,6 +595,8 @@ async def test_controller_forwards_and_a_paused_flow_violates_the_canary(
             # ends it cleanly.
             await assert_clean_sigterm(managed)
         finally:
+            watching.cancel()
+            await asyncio.gather(watching, return_exceptions=True)
             await managed.close()
 
 

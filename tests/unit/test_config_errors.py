@@ -372,9 +372,11 @@ def test_heartbeat_service_keys_are_read_per_flow() -> None:
         audit.window.ms = 2000
         a->b.audit.grace.ms = 0
         a->b.audit.enabled = false
+        a->b.audit.missing.after.ms = 90000
     """)
     assert settings.canary == CanarySettings(enabled=True, interval_ms=200, latency_slo_ms=750)
-    assert settings.audit == AuditSettings(enabled=False, window_ms=2000, grace_ms=0)
+    assert settings.audit == AuditSettings(enabled=False, window_ms=2000, grace_ms=0,
+                                           missing_after_ms=90000)
 
 
 @pytest.mark.parametrize(("key", "value", "problem"), [
@@ -383,6 +385,7 @@ def test_heartbeat_service_keys_are_read_per_flow() -> None:
     ("canary.latency.slo.ms", "0", "must be at least 1"),
     ("audit.window.ms", "0", "must be at least 1"),
     ("audit.grace.ms", "-1", "must not be negative"),
+    ("audit.missing.after.ms", "-1", "must not be negative"),
     ("canary.enabled", "yes", "true or false"),
 ])
 def test_bad_heartbeat_service_values_name_key_and_line(key: str, value: str,

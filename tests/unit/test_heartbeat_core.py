@@ -159,6 +159,49 @@ def test_canary_ok_then_violated_when_nothing_arrives() -> None:
     assert late.health is Health.VIOLATED and "has not arrived" in late.reason
 
 
+def reader_reads(flow: FlowCanary, state: dict[str, object], records: list[CanaryRecord],
+                 at: int) -> None:
+    """What the service's reader does with a batch (its partition opens at the first)."""
+    opened = flow.open(0, at)
+    for record in records:
+        fold_arrival(state, record, at, window_ms=flow.window_ms, since_ms=opened)
+        flow.seen(record)
+
+
+def test_a_fresh_start_raises_no_alarm_while_the_mirror_starts() -> None:
+    """A fresh start: canaries are sent every second from 1 s; the replicator finds the
+    new canary topic only at its next topic refresh and copies the 29 waiting at 30 s.
+    Nothing is overdue while the mirror could still be starting (refresh 30 s + SLO), the
+    backlog gives no latency samples, and the first canary after it gives OK."""
+    state = new_partition_state(0)
+    flow = FlowCanary(slo_ms=5000, window_ms=60_000, states=lambda: {0: state},
+                      started_ms=0, startup_ms=35_000)
+    seen: set[Health] = set()
+    for seq in range(1, 30):
+        flow.sent(canary(seq, seq * 1000))
+        seen.add(flow.status(seq * 1000 + 999).health)
+    assert seen == {Health.UNKNOWN}
+    assert "starting" in flow.status(29_999).reason
+    reader_reads(flow, state, [canary(seq, seq * 1000) for seq in range(1, 30)], 30_000)
+    assert flow.status(30_000).health is Health.UNKNOWN
+    flow.sent(canary(30, 30_000))
+    assert flow.status(30_100).health is Health.UNKNOWN
+    reader_reads(flow, state, [canary(30, 30_000)], 30_200)
+    status = flow.status(30_300)
+    assert (status.health, status.samples, status.p99_ms) == (Health.OK, 1, 200)
+    assert flow.status(90_000).health is Health.OK  # no overdue backlog left behind
+
+
+def test_a_mirror_that_never_starts_violates_once_it_had_its_time() -> None:
+    flow = FlowCanary(slo_ms=5000, window_ms=60_000, started_ms=0, startup_ms=35_000)
+    for seq in range(1, 37):
+        flow.sent(canary(seq, seq * 1000))
+    assert flow.status(35_000).health is Health.UNKNOWN
+    late = flow.status(35_001)
+    assert late.health is Health.VIOLATED and "has not arrived" in late.reason
+    assert "35000 ms a starting mirror is given" in late.reason
+
+
 def test_canary_slow_median_violates_and_slow_tail_degrades() -> None:
     flow = FlowCanary(slo_ms=100, window_ms=10_000)
     for seq in range(1, 101):
@@ -329,6 +372,86 @@ def test_truncated_source_window_is_unverifiable() -> None:
                 for s in audit.closable(source, target, window_ms=W, grace_ms=0)}
     assert verdicts[0].verdict is Verdict.UNVERIFIABLE
     assert verdicts[2000].verdict is Verdict.OK
+
+
+def fold(state: dict[str, object], records: list[tuple[int, int]], caught: int) -> None:
+    """Records read by one side after what it read so far (its `top` included)."""
+    deltas: dict[str, list[int]] = {}
+    for ts, digest in records:
+        audit.accumulate(deltas, ts, digest, W)
+    position = int(str(state["next"])) + len(records)
+    Side.fold(state, deltas, position, caught, top=max((ts for ts, _ in records), default=-1))
+
+
+def settled(source: dict[str, object], target: dict[str, object], now: int,
+            missing_after_ms: int = 60_000) -> dict[int, str]:
+    return {start: str(v) for start, v in audit.settle(
+        source, target, now, window_ms=W, grace_ms=500, missing_after_ms=missing_after_ms)}
+
+
+def test_a_paused_mirror_is_never_called_missing_and_its_records_are_late() -> None:
+    """The mirror is paused: the source holds five records of window 0, the target none,
+    and both readers are caught up well past the window's end and grace. Nothing is
+    judged while the records could still come; when they do, the window is LATE 5 -- never
+    MISSING. Late source-side records of a held window are counted in it too."""
+    source, target = Side.new(0, 0), Side.new(0, 0)
+    fold(source, [(100 + i, i) for i in range(5)], caught=1000)
+    fold(target, [], caught=1000)
+    for now in (2000, 10_000, 59_000):
+        fold(source, [], caught=now)
+        fold(target, [], caught=now)
+        assert settled(source, target, now) == {}
+    assert source["held"] == target["held"] == {"0": [2000, 0, 0]}
+    fold(target, [(100 + i, i) for i in range(5)], caught=59_500)
+    assert settled(source, target, 59_500) == {0: "LATE 5"}
+    assert source["windows"] == target["windows"] == {} and source["held"] == {}
+    assert target["late"] == 0  # held, not judged: they counted in the window
+
+
+def test_a_skipped_record_is_missing_as_soon_as_the_target_moved_past_it() -> None:
+    """A record of window 0 never reached the target, which already holds a record of a
+    window more than the grace after window 0's end: the mirror copied past it."""
+    source, target = Side.new(0, 0), Side.new(0, 0)
+    fold(source, [(100, 1), (200, 2), (3000, 3)], caught=4000)
+    fold(target, [(100, 1), (3000, 3)], caught=4000)
+    assert settled(source, target, 4000) == {0: "MISSING 1"}
+    assert source["held"] == {} and "0" not in source["windows"]
+
+
+def test_a_lost_tail_is_missing_after_the_wait_and_late_if_it_comes_after_all() -> None:
+    """The last record of an idle partition is not on the target, and nothing later is:
+    MISSING once `missing_after_ms` passed. Should the record still come, the window is
+    given again as LATE (the same key replaces the MISSING verdict)."""
+    source, target = Side.new(0, 0), Side.new(0, 0)
+    fold(source, [(100, 1), (200, 2)], caught=2000)
+    fold(target, [(100, 1)], caught=2000)
+    assert settled(source, target, 2000, missing_after_ms=5000) == {}
+    assert settled(source, target, 6999, missing_after_ms=5000) == {}
+    assert settled(source, target, 7000, missing_after_ms=5000) == {0: "MISSING 1"}
+    assert settled(source, target, 9000, missing_after_ms=5000) == {}  # said once
+    fold(target, [(200, 2)], caught=9500)
+    assert settled(source, target, 9500, missing_after_ms=5000) == {0: "LATE 1"}
+
+
+def test_a_mirror_stopped_for_good_holds_no_more_than_max_held_windows() -> None:
+    source, target = Side.new(0, 0), Side.new(0, 0)
+    windows = audit.MAX_HELD + 3
+    fold(source, [(w * W + 1, w) for w in range(windows)], caught=windows * W + 500)
+    fold(target, [], caught=windows * W + 500)
+    given = settled(source, target, windows * W + 500)
+    assert given == {w * W: "MISSING 1" for w in range(3)}
+    assert len(source["held"]) == len(target["held"]) == audit.MAX_HELD
+
+
+def test_a_held_window_still_finds_duplicates_and_alterations() -> None:
+    for arriving, verdict in (([(200, 2), (200, 2)], "DUPLICATED 1"),
+                              ([(200, 9)], "CORRUPTED")):
+        source, target = Side.new(0, 0), Side.new(0, 0)
+        fold(source, [(100, 1), (200, 2)], caught=2000)
+        fold(target, [(100, 1)], caught=2000)
+        assert settled(source, target, 2000) == {}
+        fold(target, arriving, caught=3000)
+        assert settled(source, target, 3000) == {0: verdict}
 
 
 # --- trace links from record headers ------------------------------------------------------

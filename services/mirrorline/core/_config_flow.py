@@ -245,7 +245,9 @@ class FlowBuilder:
                 f"canary.interval.ms ({interval} ms): a window must span at least one canary "
                 "interval"))
         return AuditSettings(enabled=self.flag("audit.enabled"), window_ms=window,
-                             grace_ms=self.get("audit.grace.ms", values.parse_non_negative))
+                             grace_ms=self.get("audit.grace.ms", values.parse_non_negative),
+                             missing_after_ms=self.get("audit.missing.after.ms",
+                                                       values.parse_non_negative))
 
     def _check_enabled(self, flow: FlowSettings) -> None:
         """Rules MM2 applies when it validates the connectors of an enabled flow."""

@@ -106,6 +106,7 @@ HEARTBEAT_SERVICE_DEFAULTS: Final[Mapping[str, str]] = MappingProxyType({
     "audit.enabled": "true",
     "audit.window.ms": "60000",
     "audit.grace.ms": "10000",
+    "audit.missing.after.ms": "300000",
 })
 
 #: Mirrorline's own flow-level keys (no MM2 equivalent), with their defaults. They resolve

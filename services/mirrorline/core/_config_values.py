@@ -182,6 +182,7 @@ EXACT: Final[dict[str, Callable[[str], object]]] = {
     "canary.latency.slo.ms": parse_positive,
     "audit.window.ms": parse_positive,
     "audit.grace.ms": parse_non_negative,
+    "audit.missing.after.ms": parse_non_negative,
     **{key: parse_bool for key, default in keys.DEFAULTS.items()
        if default in ("true", "false")},
     **{key: _filter_class(key) for key in keys.FILTER_CLASSES},

@@ -6,6 +6,14 @@ and read back from its remote copy on the target; its send time gives the end-to
 latency, and its per-partition sequence number shows a record that never came (a gap)
 or came twice (a repeat).
 
+Nothing is judged before it could have happened. A flow's path *opens*, per partition,
+when the reader sees its first canary there; canaries sent before that (the backlog of a
+mirror that is still starting, or of a reader that was not reading) neither give a
+latency sample nor count as overdue. Until a partition opens, its canaries are due only
+`startup_ms` after the reader started (the service gives the replicator's topic refresh
+interval plus the SLO: a canary topic created at start is found by the replicator within
+one refresh), so a fresh start is UNKNOWN, not VIOLATED, while the mirror starts.
+
 Sequence numbers belong to a *session* (the sender's start time): a restarted sender
 begins a new session at 1 rather than reading back where the old one stopped, so a
 session change is neither a gap nor a repeat.
@@ -174,8 +182,10 @@ class FlowCanary:
     and is kept here only (a restarted sender starts a new session).
 
     Health, judged against `slo_ms`:
-    * VIOLATED -- a canary is overdue by more than the SLO (nothing arrives: the flow is
-      paused, stuck or down), or the median latency exceeds it;
+    * VIOLATED -- a canary is overdue: sent more than the SLO ago and not arrived (nothing
+      arrives: the flow is paused, stuck or down), or the median latency exceeds it. A
+      canary of a partition that has not opened yet (see the module) is due only
+      `startup_ms` after `started_ms`;
     * DEGRADED -- the 99th percentile exceeds the SLO, or canaries were lost or
       duplicated within the window;
     * OK -- otherwise, once at least one canary arrived;
@@ -183,9 +193,15 @@ class FlowCanary:
     """
 
     def __init__(self, *, slo_ms: int, window_ms: int,
-                 states: Callable[[], Mapping[int, PartitionState]] | None = None) -> None:
+                 states: Callable[[], Mapping[int, PartitionState]] | None = None,
+                 started_ms: int = 0, startup_ms: int = 0) -> None:
         self.slo_ms = slo_ms
         self.window_ms = window_ms
+        #: When the reader started, and how long a partition may take to open after it.
+        self.started_ms = started_ms
+        self.startup_ms = startup_ms
+        #: Partition -> when its first canary arrived (it opened); see `open`.
+        self.opened: dict[int, int] = {}
         self._local: dict[int, PartitionState] = {}
         self._states = states or (lambda: self._local)
         #: Sent and not yet seen, per partition: (sequence, sent_ms), in sending order.
@@ -198,8 +214,28 @@ class FlowCanary:
         if self.session != record.session:
             self.session = record.session
             self._pending.clear()
+        opened = self.opened.get(record.partition)
+        if opened is not None and record.sent_ms < opened:
+            return  # backlog of before the partition opened: not judged
         self._pending.setdefault(record.partition, deque()).append(
             (record.sequence, record.sent_ms))
+
+    def open(self, partition: int, arrival_ms: int) -> int:
+        """The reader read canaries of `partition` at `arrival_ms`; returns when the
+        partition opened (its first arrival). What was sent before that is backlog: it
+        gives no latency sample (the reader passes the returned time to `fold_arrival`
+        as `since_ms`) and is not overdue."""
+        opened = self.opened.setdefault(partition, arrival_ms)
+        pending = self._pending.get(partition)
+        while pending and pending[0][1] < opened:
+            pending.popleft()
+        return opened
+
+    def _due(self, partition: int, sent_ms: int) -> int:
+        due = sent_ms + self.slo_ms
+        if partition not in self.opened:
+            due = max(due, self.started_ms + self.startup_ms)
+        return due
 
     def seen(self, record: CanaryRecord) -> None:
         """`record` arrived: it and every earlier canary of its partition are not overdue."""
@@ -237,13 +273,15 @@ class FlowCanary:
         return samples, lost, duplicated
 
     def overdue(self, now_ms: int) -> tuple[int, int, int] | None:
-        """The oldest canary not arrived yet: (partition, sequence, age_ms), or None."""
+        """The oldest canary past its due time and not arrived yet: (partition, sequence,
+        age_ms), or None."""
         oldest: tuple[int, int, int] | None = None
         for partition, pending in self._pending.items():
             if pending:
                 sequence, sent = pending[0]
                 age = now_ms - sent
-                if oldest is None or age > oldest[2]:
+                if now_ms > self._due(partition, sent) and (oldest is None
+                                                             or age > oldest[2]):
                     oldest = (partition, sequence, age)
         return oldest
 
@@ -273,11 +311,20 @@ class FlowCanary:
 
         if self.unreachable is not None:
             return verdict(Health.UNKNOWN, self.unreachable)
-        if overdue is not None and overdue[2] > slo:
+        if overdue is not None:
+            partition = overdue[0]
+            startup = "" if partition in self.opened else (
+                f"; none of this partition has arrived in the {self.startup_ms} ms a "
+                "starting mirror is given")
             return verdict(Health.VIOLATED, (
-                f"canary {overdue[1]} of partition {overdue[0]} sent {overdue[2]} ms ago has "
-                f"not arrived (SLO {slo} ms)"))
+                f"canary {overdue[1]} of partition {partition} sent {overdue[2]} ms ago has "
+                f"not arrived (SLO {slo} ms{startup})"))
         if p50 is None:
+            if not self.opened and now_ms < self.started_ms + self.startup_ms:
+                return verdict(Health.UNKNOWN, (
+                    "waiting for the first canary: the mirror may still be starting "
+                    f"({self.started_ms + self.startup_ms - now_ms} ms left of the "
+                    f"{self.startup_ms} ms it is given)"))
             return verdict(Health.UNKNOWN, "no canary has arrived in the window yet")
         assert p99 is not None
         if p50 > slo:

@@ -17,8 +17,18 @@ records missing or duplicated.
 
 Completion: a side is complete for a window once its reader was caught up (at the high
 watermark) at a wall-clock time at or after the window's end plus `grace_ms`; the grace
-covers replication lag. A record whose timestamp falls into a window already judged is
-late: it is counted, never re-judged.
+covers replication lag. A window whose target is then short of records is not judged
+yet: a paused or slow mirror has simply not copied them. It is *held*, and judged
+  * as soon as the target has as many records as the source: OK, or LATE when records
+    reached the target only while it was held (DUPLICATED or CORRUPTED as the sums say);
+  * MISSING once the target partition holds a record timestamped at least `grace_ms`
+    after the window's end (the mirror copies a partition in order, so the window's
+    records would have come before it: they were skipped), or once it has waited
+    `missing_after_ms` with nothing later on the target (an idle partition's tail). A
+    MISSING window stays held: should its records still arrive, its verdict is replaced
+    by LATE (same key), never left standing as a loss.
+A record whose timestamp falls into a window already judged (and not held) is late: it
+is counted, never re-judged.
 
 Everything here is pure and JSON-friendly, so the service can keep it in changelog-backed
 tables.
@@ -41,6 +51,7 @@ __all__ = [
     "checksum",
     "judge",
     "record_digest",
+    "settle",
     "window_start",
 ]
 
@@ -85,6 +96,8 @@ class Verdict(enum.Enum):
     DUPLICATED = "DUPLICATED"
     CORRUPTED = "CORRUPTED"
     UNVERIFIABLE = "UNVERIFIABLE"
+    #: Every record arrived, some after the window's grace: not a loss.
+    LATE = "LATE"
 
 
 @dataclass(frozen=True)
@@ -134,23 +147,27 @@ class Side:
 
     Keys: ``next`` (next offset to read), ``windows`` ({start: [count, checksum]}),
     ``caught`` (latest wall-clock ms at which the reader was caught up),
-    ``judged`` (windows below this start are judged), ``late`` (records that arrived
-    for judged windows), ``truncated`` (a source record timestamp: windows before it lost
-    records to retention before they were read; -1 if none).
+    ``judged`` (windows below this start are judged, but for held ones), ``late``
+    (records that arrived for judged windows), ``truncated`` (a source record timestamp:
+    windows before it lost records to retention before they were read; -1 if none),
+    ``top`` (highest record timestamp read; -1 if none) and ``held`` (windows whose
+    target was short when they were complete, see `settle`: {start: [held since ms,
+    target count then, count reported MISSING or 0]}, the same on both sides).
     """
 
     @staticmethod
     def new(next_offset: int, first_window: int) -> dict[str, Any]:
         return {"next": next_offset, "windows": {}, "caught": -1, "judged": first_window,
-                "late": 0, "truncated": -1}
+                "late": 0, "truncated": -1, "top": -1, "held": {}}
 
     @staticmethod
     def fold(state: dict[str, Any], deltas: dict[str, list[int]], next_offset: int,
-             caught_ms: int, late: int = 0, truncated: int = -1) -> None:
+             caught_ms: int, late: int = 0, truncated: int = -1, top: int = -1) -> None:
         """Add a batch's per-window (count, checksum) and advance the position."""
         windows: dict[str, list[int]] = state["windows"]
+        held: dict[str, list[int]] = state.setdefault("held", {})
         for start, (count, total) in deltas.items():
-            if int(start) < state["judged"]:
+            if int(start) < state["judged"] and start not in held:
                 state["late"] += count
                 continue
             current = windows.setdefault(start, [0, 0])
@@ -159,6 +176,7 @@ class Side:
         state["late"] += late
         state["next"] = next_offset
         state["caught"] = max(state["caught"], caught_ms)
+        state["top"] = max(int(state.get("top", -1)), top)
         if truncated >= 0:
             state["truncated"] = max(state["truncated"], truncated)
 
@@ -196,3 +214,88 @@ def close(source: dict[str, Any], target: dict[str, Any], start: int,
     for side in (source, target):
         side["judged"] = max(side["judged"], start + window_ms)
     return judge((s[0], s[1]), (t[0], t[1]), source_truncated=truncated)
+
+
+#: Most windows one partition holds (see `settle`); a held window costs the table entry
+#: its sums, written again with every fold.
+MAX_HELD: Final = 100
+
+
+def _late(verdict: WindowVerdict, arrived: int) -> WindowVerdict:
+    """An OK verdict of a held window whose `arrived` records came while it was held."""
+    return WindowVerdict(Verdict.LATE, arrived, verdict.source_count, verdict.target_count,
+                         f"all {verdict.source_count} records arrived, {arrived} of them "
+                         "after the window's grace; checksums equal")
+
+
+def settle(source: dict[str, Any], target: dict[str, Any], now_ms: int, *, window_ms: int,
+           grace_ms: int, missing_after_ms: int) -> list[tuple[int, WindowVerdict]]:
+    """The verdicts due at `now_ms`, oldest window first, for both sides of one partition;
+    windows judged for good are dropped from both sides' state.
+
+    A complete window (see `closable`) whose target is short is held rather than judged:
+    its records may merely be late. A held window is judged once the target has caught
+    up with the source (OK becomes LATE when records came while it was held), or as
+    MISSING once the target partition has moved past it (a record timestamped at least
+    `grace_ms` after its end) or it has waited `missing_after_ms`. Only moving past, or
+    catching up, ends holding: a MISSING reported after the wait is replaced by LATE if
+    the records still come. At most `MAX_HELD` windows are held; beyond that the oldest
+    is MISSING for good.
+    """
+    out: list[tuple[int, WindowVerdict]] = []
+    held_s: dict[str, list[int]] = source.setdefault("held", {})
+    held_t: dict[str, list[int]] = target.setdefault("held", {})
+
+    def counts(key: str) -> tuple[tuple[int, int], tuple[int, int], bool]:
+        s = source["windows"].get(key, [0, 0])
+        t = target["windows"].get(key, [0, 0])
+        truncated = source["truncated"] >= 0 and int(key) < source["truncated"]
+        return (s[0], s[1]), (t[0], t[1]), truncated
+
+    def release(key: str) -> None:
+        for side in (source, target):
+            side["windows"].pop(key, None)
+            side["held"].pop(key, None)
+
+    for start in closable(source, target, window_ms=window_ms, grace_ms=grace_ms):
+        key = str(start)
+        s, t, truncated = counts(key)
+        verdict = judge(s, t, source_truncated=truncated)
+        for side in (source, target):
+            side["judged"] = max(side["judged"], start + window_ms)
+        if verdict.verdict is Verdict.MISSING:
+            held_s[key] = [now_ms, t[0], 0]
+            held_t[key] = [now_ms, t[0], 0]
+            continue
+        release(key)
+        out.append((start, verdict))
+    moved_past = int(target.get("top", -1))
+    for key in sorted(list(held_s), key=int):
+        start = int(key)
+        since, target_then, reported = (int(v) for v in held_s[key])
+        s, t, truncated = counts(key)
+        verdict = judge(s, t, source_truncated=truncated)
+        if verdict.verdict is not Verdict.MISSING:
+            if verdict.verdict is Verdict.OK and t[0] > target_then:
+                verdict = _late(verdict, t[0] - target_then)
+            release(key)
+            out.append((start, verdict))
+        elif moved_past >= start + window_ms + grace_ms:
+            release(key)
+            if verdict.count != reported:
+                out.append((start, verdict))
+        elif not reported and now_ms >= since + missing_after_ms:
+            for held in (held_s, held_t):
+                held[key] = [since, target_then, verdict.count]
+            out.append((start, verdict))
+    # A mirror stopped for good must not grow the table entry without end: beyond
+    # MAX_HELD, the oldest held window is MISSING for good (said now if not yet).
+    for key in sorted(held_s, key=int)[:max(0, len(held_s) - MAX_HELD)]:
+        reported = int(held_s[key][2])
+        s, t, truncated = counts(key)
+        verdict = judge(s, t, source_truncated=truncated)
+        release(key)
+        if verdict.count != reported:
+            out.append((int(key), verdict))
+    out.sort(key=lambda found: found[0])
+    return out

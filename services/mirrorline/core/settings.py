@@ -65,6 +65,9 @@ class AuditSettings:
     enabled: bool = True
     window_ms: int = 60000
     grace_ms: int = 10000
+    #: How long a window short of records on the target waits for them, while nothing
+    #: later reached the target partition, before it is judged MISSING.
+    missing_after_ms: int = 300000
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,9 @@ the first canary after a restart for a gap, or forget a repeat).
 
 Verdicts go to the audit topic on the target, keyed by flow, topic, partition and
 window, so a verdict written twice (a window judged again after a recovery that lost the
-"judged" mark) replaces itself rather than counting twice.
+"judged" mark, or a MISSING window whose records came after all, now LATE) replaces the
+earlier one rather than counting twice. Which windows are judged when is the pure
+`core.record_audit.settle`.
 """
 
 from __future__ import annotations
@@ -348,7 +350,8 @@ class AuditApp:
             elif int(state["next"]) != int(data["from"]):
                 continue  # stale or replayed: the reader re-reads from state["next"]
             Side.fold(state, data["d"], int(data["to"]), int(data["caught"]),
-                      int(data.get("late", 0)), int(data.get("truncated", -1)))
+                      int(data.get("late", 0)), int(data.get("truncated", -1)),
+                      int(data.get("top", -1)))
             self.table[key] = state
 
     async def _judge(self) -> None:
@@ -366,13 +369,14 @@ class AuditApp:
             target = self.table.get(_part_key(flow_name, "target", part))
             if source is None or target is None:
                 continue
-            starts = audit.closable(source, target, window_ms=settings.window_ms,
-                                    grace_ms=settings.grace_ms)
-            if not starts:
+            held = {k: list(v) for k, v in source.get("held", {}).items()}
+            due = audit.settle(source, target, now, window_ms=settings.window_ms,
+                               grace_ms=settings.grace_ms,
+                               missing_after_ms=settings.missing_after_ms)
+            if not due and source["held"] == held:
                 continue
             topic, _, partition = part.rpartition("|")
-            for start in starts:
-                verdict = audit.close(source, target, start, settings.window_ms)
+            for start, verdict in due:
                 key = verdict_key(flow_name, topic, int(partition), start)
                 value = verdict_value(flow_name, topic, int(partition), start,
                                       settings.window_ms, verdict, now)

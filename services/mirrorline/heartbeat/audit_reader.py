@@ -128,6 +128,8 @@ class AuditReader(Retrying):
                     expected = self._seek(consumer, part_of)
                 next_refresh = loop.time() + REFRESH_S
             deltas: dict[TopicPartition, dict[str, list[int]]] = {}
+            #: Highest record timestamp read per partition in this batch.
+            tops: dict[TopicPartition, int] = {}
             #: Offset gaps met (expected offset, first record after it, its timestamp):
             #: retention's, or merely transaction markers' and compaction's.
             gaps: dict[TopicPartition, list[tuple[int, int, int]]] = {}
@@ -145,6 +147,8 @@ class AuditReader(Retrying):
                         expected[tp] = record.offset + 1
                         if record.timestamp < first:
                             continue
+                        if record.timestamp > tops.get(tp, -1):
+                            tops[tp] = record.timestamp
                         audit.accumulate(d, record.timestamp, audit.record_digest(
                             record.key, record.value, record.headers, record.timestamp),
                             window)
@@ -154,7 +158,7 @@ class AuditReader(Retrying):
             truncated = await _removed(consumer, gaps)
             for tp in part_of:  # past transaction markers that end what was read
                 expected[tp] = max(expected.get(tp, 0), await consumer.position(tp))
-            await self._flush(consumer, part_of, deltas, truncated, expected)
+            await self._flush(consumer, part_of, deltas, truncated, expected, tops)
 
     def _seek(self, consumer: AIOKafkaConsumer,
               part_of: Mapping[TopicPartition, str]) -> dict[TopicPartition, int]:
@@ -168,7 +172,8 @@ class AuditReader(Retrying):
     async def _flush(self, consumer: AIOKafkaConsumer, part_of: Mapping[TopicPartition, str],
                      deltas: Mapping[TopicPartition, dict[str, list[int]]],
                      truncated: Mapping[TopicPartition, int],
-                     expected: dict[TopicPartition, int]) -> None:
+                     expected: dict[TopicPartition, int],
+                     tops: Mapping[TopicPartition, int]) -> None:
         now = _now_ms()
         parts: dict[str, dict[str, Any]] = {}
         for tp, part in part_of.items():
@@ -181,7 +186,8 @@ class AuditReader(Retrying):
             if position == start and not deltas.get(tp) and caught < 0:
                 continue
             parts[part] = {"from": start, "to": position, "d": deltas.get(tp, {}),
-                           "caught": caught, "truncated": truncated.get(tp, -1)}
+                           "caught": caught, "truncated": truncated.get(tp, -1),
+                           "top": tops.get(tp, -1)}
         if not parts:
             return
         await self.app.send({"kind": "fold", "flow": self.flow.name, "side": self.side,

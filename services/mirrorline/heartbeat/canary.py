@@ -10,9 +10,10 @@ flow's `FlowCanary` judges from that table. Like the audit's readers, a reader r
 from the offset the table records and re-reads from there whenever its event was not
 applied, so a restart neither loses nor double-counts an arrival.
 
-A canary sent before the reader started gives no latency sample (counting it would
-report the downtime as latency); its sequence still counts for a session the table
-already knows.
+A canary sent before its partition *opened* -- before the reader first read a canary
+there -- gives no latency sample (counting it would report the mirror's start, or the
+reader's downtime, as latency) and is never overdue; its sequence still counts for a
+session the table already knows. See `core.canary`.
 """
 
 from __future__ import annotations
@@ -232,11 +233,14 @@ class CanaryReader(Retrying):
         if records[0].offset != start:  # not where the table stands: re-read from there
             consumer.seek(tp, start)
             return
+        # Canaries sent before the partition opened (its first arrival here) are the
+        # backlog of a mirror that was starting or stopped: no latency samples.
+        opened = self.canary.open(tp.partition, arrival_ms)
         pairs = [(r, c) for r, c in ((r, self._decode(r)) for r in records) if c is not None]
         decoded = [c for _r, c in pairs]
         to = records[-1].offset + 1
         await app.send({"kind": "canary", "flow": self.flow_name, "partition": tp.partition,
-                        "from": start, "to": to, "at": arrival_ms, "since": self.since_ms,
+                        "from": start, "to": to, "at": arrival_ms, "since": opened,
                         "window": self.canary.window_ms,
                         "records": [[c.session, c.sequence, c.sent_ms] for c in decoded]})
         if not await self._applied(app, tp.partition, to):

@@ -69,8 +69,13 @@ class FlowProbe:
             app = service.apps.get(target)
             return app.canary_states(flow.name) if app is not None else {}
 
+        # A canary topic created at this start is found by the replicator within one
+        # topic refresh; its first canary could not have arrived sooner.
+        now = int(time.time() * 1000)
+        startup = int(flow.refresh_topics_interval_s * 1000) + flow.canary.latency_slo_ms
         canary = self.canary = FlowCanary(slo_ms=flow.canary.latency_slo_ms,
-                                          window_ms=flow.audit.window_ms, states=states)
+                                          window_ms=flow.audit.window_ms, states=states,
+                                          started_ms=now, startup_ms=startup)
         service.canary_sender(flow).flows.append(canary)
         policy = make_policy(flow.policy, flow.source)
         self.canary_reader = CanaryReader(
@@ -78,7 +83,7 @@ class FlowProbe:
                                                                policy.canary_topic()),
             canary, consumer_kwargs=cluster_kwargs(
                 service.settings, flow.target, "consumer", f"heartbeat-{flow.name}-canary"),
-            since_ms=int(time.time() * 1000), app=lambda: service.apps.get(target),
+            since_ms=now, app=lambda: service.apps.get(target),
             tracer=service.tracer())
         self.canary_reader.start()
 

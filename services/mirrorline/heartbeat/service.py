@@ -256,7 +256,11 @@ class HeartbeatService(FlowService[FlowProbe]):
             runner.start_audit_readers(app)
 
     def _verdict(self, key: str, value: dict[str, object]) -> None:
-        if value["verdict"] != "OK":
+        if value["verdict"] == "LATE":
+            self._log.info("audit %s: %s partition %s window %s: LATE %s (%s)",
+                           value["flow"], value["topic"], value["partition"],
+                           value["window_start_ms"], value["count"], value["reason"])
+        elif value["verdict"] != "OK":
             self._log.warning("audit %s: %s partition %s window %s: %s %s (%s)",
                               value["flow"], value["topic"], value["partition"],
                               value["window_start_ms"], value["verdict"],

@@ -36,7 +36,10 @@ class VerdictStore:
         self.new_by_verdict: Counter[tuple[str, str]] = Counter()
 
     def add(self, key: str, value: dict[str, Any]) -> None:
-        if key not in self.verdicts:
+        """A verdict; one given again for its window (a MISSING window whose records came
+        after all, now LATE) replaces the earlier one."""
+        old = self.verdicts.get(key)
+        if old is None or old["verdict"] != value["verdict"]:
             self.new_by_verdict[(value["flow"], value["verdict"])] += 1
         self.verdicts[key] = value
 
