@@ -11,9 +11,14 @@ their own, the same for every contender:
   (record i is due i / rate seconds after the start). Each record's CreateTime is set
   explicitly to the wall-clock millisecond at which it is handed to the client, and the
   same 13 digits open its value. It reports the rate it achieved and how far it fell
-  behind its schedule at worst, so a producer that could not hold the rate shows.
+  behind its schedule at worst, so a producer that could not hold the rate shows. After
+  the measured records it sends a few trailer records per partition, not measured:
+  a kcat pipe holds a partition's newest lines until more input follows (its producer
+  reads its input in 128-byte `fread`s that wait to fill, behind stdio's buffer), and
+  without trailers the last ones would never be copied.
 * `python -m bench.latency measure`: a confluent-kafka consumer on the target, assigned
-  to every partition from the end of the warm-up records, takes the wall clock each time
+  to every partition from the beginning (the warm-up records' keys are not numbers, and
+  it passes them by), takes the wall clock each time
   records come out of the client and subtracts the source timestamp read from the value.
   The value, not the target record's timestamp, because kcat's pipes do not carry
   timestamps (the table says which contenders kept CreateTime). Its own delay (fetch,
@@ -43,6 +48,14 @@ LINGER_MS = 5
 STAMP_DIGITS = 13
 #: Shortest sleep of the pacing loop: records due meanwhile go out together.
 TICK_S = 0.001
+#: Bytes of unmeasured records sent to each partition after the measured ones (see
+#: above): more than a kcat pipe holds back.
+TRAILER_BYTES = 16 * 1024
+
+
+def trailers(size: int) -> int:
+    """Trailer records per partition for values of `size` bytes."""
+    return -(-TRAILER_BYTES // max(size, STAMP_DIGITS))
 
 
 # --------------------------------------------------------------------------- pure logic
@@ -179,8 +192,11 @@ def produce(bootstrap: str, topic: str, partitions: int, rate: float, duration: 
             producer.poll(0)
         else:
             time.sleep(max(TICK_S, sent / rate - now))
+    for trailer in range(trailers(size) * partitions):  # see the module's docstring
+        send(topic, stamp(filler, time.time_ns() // 1_000_000), b"%010d" % (total + trailer),
+             trailer % partitions, on_delivery=delivered)
     remaining = producer.flush(120)
-    records = total - remaining - failed
+    records = max(0, total - remaining - failed)  # the measured ones, trailers aside
     seconds = last - first
     return Pacing(records, seconds, (total - 1) / seconds if seconds > 0 else float(total),
                   worst, failed + remaining)
@@ -189,9 +205,9 @@ def produce(bootstrap: str, topic: str, partitions: int, rate: float, duration: 
 # --------------------------------------------------------------------------- measurer
 
 
-def measure(bootstrap: str, topic: str, starts: Sequence[int], count: int,
+def measure(bootstrap: str, topic: str, partitions: int, count: int, size: int,
             limit: float, ready: object = None) -> Latencies:
-    """Read `count` records from `starts` (one offset per partition) on; blocks.
+    """Read the `count` measured records from every partition's beginning; blocks.
 
     Stops when every sequence number 0..count-1 has been seen, or after `limit` seconds of
     seeing nothing new. `ready` (a callable) is called once every partition has answered
@@ -206,7 +222,7 @@ def measure(bootstrap: str, topic: str, starts: Sequence[int], count: int,
         "enable.partition.eof": True,
         "fetch.wait.max.ms": 100,
     })
-    consumer.assign([TopicPartition(topic, p, o) for p, o in enumerate(starts)])
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     latencies = array("d", [math.nan]) * count
     seen = duplicates = kept = 0
     at_end: set[int] = set()
@@ -226,7 +242,12 @@ def measure(bootstrap: str, topic: str, starts: Sequence[int], count: int,
                         at_end.add(msg.partition())
                         continue
                     raise RuntimeError(f"measuring consumer: {err}")
-                sequence = int(msg.key())
+                key = msg.key() or b""
+                if not key.isdigit():
+                    continue  # a warm-up record
+                sequence = int(key)
+                if count <= sequence < count + trailers(size) * partitions:
+                    continue  # a trailer
                 if not 0 <= sequence < count:
                     raise RuntimeError(f"unexpected record key {msg.key()!r} on {topic}")
                 source_ms = read_stamp(msg.value())
@@ -237,7 +258,7 @@ def measure(bootstrap: str, topic: str, starts: Sequence[int], count: int,
                 seen += 1
                 kept += msg.timestamp()[1] == source_ms
                 quiet_since = time.monotonic()
-            if not announced and len(at_end) == len(starts):
+            if not announced and len(at_end) == partitions:
                 announced = True
                 if callable(ready):
                     ready()
@@ -263,7 +284,8 @@ def main(argv: list[str] | None = None) -> int:
     m = sub.add_parser("measure")
     m.add_argument("--bootstrap", required=True)
     m.add_argument("--topic", required=True)
-    m.add_argument("--starts", required=True, help="comma-separated offset per partition")
+    m.add_argument("--partitions", type=int, required=True)
+    m.add_argument("--size", type=int, required=True)
     m.add_argument("--count", type=int, required=True)
     m.add_argument("--limit", type=float, required=True,
                    help="give up after this many seconds without a new record")
@@ -275,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
         def ready() -> None:
             print("ready", flush=True)
         result = measure(args.bootstrap, args.topic,
-                         [int(o) for o in args.starts.split(",")], args.count, args.limit,
+                         args.partitions, args.count, args.size, args.limit,
                          ready)
     print(json.dumps(asdict(result)), flush=True)  # type: ignore[call-overload]
     return 0
