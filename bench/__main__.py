@@ -429,13 +429,13 @@ def print_latency_table(results: list[LatencyResult]) -> None:
         m = r.latencies
 
         def ratio(mine: float | None, theirs: float | None) -> str:
-            return f"{mine / theirs:.2f}" if mine is not None and theirs else "-"
+            return f"{mine / theirs:.3g}" if mine is not None and theirs else "-"
 
         rows.append([
             r.contender, f"{r.rate:,.0f}", f"{r.pacing.achieved_rate:,.0f}",
             f"{m.seen:,}/{m.expected:,}", _ms(m.p50), _ms(m.p99), _ms(m.max),
             f"{_ms(m.first_quarter_p50)}/{_ms(m.last_quarter_p50)}",
-            "yes" if m.seen and m.timestamps_kept == m.seen else f"{m.timestamps_kept:,}",
+            "yes" if m.seen and m.timestamps_kept == m.seen else f"no ({m.timestamps_kept:,})",
             f"{r.load[0]:.1f}-{r.load[1]:.1f}",
             ratio(m.p50, baseline.latencies.p50 if baseline else None),
             ratio(m.p99, baseline.latencies.p99 if baseline else None),
