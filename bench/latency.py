@@ -39,7 +39,7 @@ import os
 import sys
 import time
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 #: The producer's `linger.ms`: librdkafka's and (since Kafka 4.0) Java's default.
@@ -206,7 +206,7 @@ def produce(bootstrap: str, topic: str, partitions: int, rate: float, duration: 
 
 
 def measure(bootstrap: str, topic: str, partitions: int, count: int, size: int,
-            limit: float, ready: object = None) -> Latencies:
+            limit: float, ready: Callable[[], None] | None = None) -> Latencies:
     """Read the `count` measured records from every partition's beginning; blocks.
 
     Stops when every sequence number 0..count-1 has been seen, or after `limit` seconds of
@@ -239,7 +239,7 @@ def measure(bootstrap: str, topic: str, partitions: int, count: int, size: int,
                 err = msg.error()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
-                        at_end.add(msg.partition())
+                        at_end.add(msg.partition() or 0)
                         continue
                     raise RuntimeError(f"measuring consumer: {err}")
                 key = msg.key() or b""
@@ -250,7 +250,7 @@ def measure(bootstrap: str, topic: str, partitions: int, count: int, size: int,
                     continue  # a trailer
                 if not 0 <= sequence < count:
                     raise RuntimeError(f"unexpected record key {msg.key()!r} on {topic}")
-                source_ms = read_stamp(msg.value())
+                source_ms = read_stamp(msg.value() or b"")
                 if not math.isnan(latencies[sequence]):
                     duplicates += 1
                     continue
@@ -260,7 +260,7 @@ def measure(bootstrap: str, topic: str, partitions: int, count: int, size: int,
                 quiet_since = time.monotonic()
             if not announced and len(at_end) == partitions:
                 announced = True
-                if callable(ready):
+                if ready is not None:
                     ready()
     finally:
         consumer.close()
