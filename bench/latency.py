@@ -114,6 +114,9 @@ class Latencies:
     #: that cannot keep up shows a last quarter well above the first.
     first_quarter_p50: float | None
     last_quarter_p50: float | None
+    #: p99 of the last quarter: the tail once a contender has run for a while (a JVM has
+    #: compiled its code by then).
+    last_quarter_p99: float | None
 
 
 def summarise(by_sequence: Sequence[float], duplicates: int, timestamps_kept: int) -> Latencies:
@@ -121,15 +124,17 @@ def summarise(by_sequence: Sequence[float], duplicates: int, timestamps_kept: in
     seen = [x for x in by_sequence if not math.isnan(x)]
     if not seen:
         return Latencies(len(by_sequence), 0, duplicates, timestamps_kept,
-                         None, None, None, None, None)
+                         None, None, None, None, None, None)
     ordered = sorted(seen)
     quarter = max(1, len(seen) // 4)
+    last = sorted(seen[-quarter:])
     return Latencies(
         expected=len(by_sequence), seen=len(seen), duplicates=duplicates,
         timestamps_kept=timestamps_kept,
         p50=percentile(ordered, 0.5), p99=percentile(ordered, 0.99), max=ordered[-1],
         first_quarter_p50=percentile(sorted(seen[:quarter]), 0.5),
-        last_quarter_p50=percentile(sorted(seen[-quarter:]), 0.5),
+        last_quarter_p50=percentile(last, 0.5),
+        last_quarter_p99=percentile(last, 0.99),
     )
 
 

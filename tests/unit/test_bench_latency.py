@@ -57,6 +57,7 @@ def test_a_copier_falling_behind_shows_in_the_last_quarter() -> None:
     summary = summarise(growing, duplicates=0, timestamps_kept=400)
     assert summary.first_quarter_p50 == 49.0
     assert summary.last_quarter_p50 == 349.0
+    assert summary.last_quarter_p99 == 398.0
     assert summary.max == 399.0
     steady = [5.0] * 400
     flat = summarise(steady, duplicates=0, timestamps_kept=400)
@@ -70,6 +71,7 @@ def test_records_never_seen_are_counted_not_averaged_away() -> None:
     assert (summary.p50, summary.max) == (10.0, 30.0)
     nothing = summarise([math.nan] * 3, duplicates=0, timestamps_kept=0)
     assert (nothing.seen, nothing.p50, nothing.p99, nothing.max) == (0, None, None, None)
+    assert nothing.last_quarter_p99 is None
 
 
 def test_the_stamp_survives_in_the_value() -> None:
