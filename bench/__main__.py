@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import secrets
@@ -289,11 +288,10 @@ async def run_latency(name: str, contender: Contender, args: argparse.Namespace,
             if proc.returncode is None:
                 proc.kill()
                 await proc.wait()
-        if copier is not None and not copier.done():
-            copier.cancel()
         if copier is not None:
-            with contextlib.suppress(BaseException):
-                await copier
+            if not copier.done():
+                copier.cancel()
+            await asyncio.gather(copier, return_exceptions=True)
         await asyncio.gather(delete_topics(source.bootstrap, [topic]),
                              delete_topics(target.bootstrap, [topic]),
                              return_exceptions=True)
