@@ -8,12 +8,19 @@ one table at the end gives records/s, MB/s and every contender's ratio to every 
 MirrorMaker 2 (`mm2`) runs on Apache Kafka brokers only (the default, not `--broker
 tansu`). For the contenders that are processes of their own (mirrorline, mm2) a second
 table gives CPU seconds per million records copied and peak resident memory.
+
+Then every contender runs once at a steady rate (`--rate` records/s of `--size` bytes for
+`--duration` s; `--quick`: 10 s) and a third table gives the end-to-end latency from each
+record's source CreateTime to its arrival on the target: p50, p99 and max, against MM2's
+in the same run (see `bench/latency.py` for how it is measured).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import os
 import secrets
 import shutil
 import statistics
@@ -22,11 +29,12 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import audit, kcat, mirrorline_replicator, mm2, raw_aiokafka, spark_executor
+from bench import audit, kcat, latency, mirrorline_replicator, mm2, raw_aiokafka, spark_executor
 from bench.common import (
     BenchEnv,
     Contender,
     ContenderUnavailable,
+    HighWatermarks,
     create_topics,
     delete_topics,
     make_payloads,
@@ -95,7 +103,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--runs", type=int, default=1, help="runs per contender (median kept)")
     parser.add_argument("--only", action="append", metavar="NAME",
                         help="run only these contenders (repeatable)")
+    steady = parser.add_argument_group("latency at a steady rate (one run per contender)")
+    steady.add_argument("--rate", type=float, default=20_000,
+                        help="records/s the producer sends (default 20 000)")
+    steady.add_argument("--duration", type=float,
+                        help="seconds the producer sends for (default 60, 10 with --quick)")
+    skip = steady.add_mutually_exclusive_group()
+    skip.add_argument("--latency-only", action="store_true", help="skip the throughput runs")
+    skip.add_argument("--no-latency", action="store_true", help="skip the latency runs")
     args = parser.parse_args(argv)
+    if args.duration is None:
+        args.duration = 10.0 if args.quick else 60.0
+    if args.rate <= 0 or args.duration <= 0:
+        parser.error("--rate and --duration must be positive")
     unknown = set(args.only or ()) - {name for name, _ in CONTENDERS}
     if unknown:
         parser.error(f"unknown contender(s): {', '.join(sorted(unknown))}; "
@@ -154,7 +174,141 @@ async def run_once(
                              return_exceptions=True)
 
 
-async def bench(args: argparse.Namespace) -> list[Result]:
+#: Warm-up records per partition, seeded before a steady-rate run: the run measures only
+#: once the contender has copied them, so its start-up is not counted as latency: most of
+#: them, as kcat's producer holds a partition's newest records until more input follows.
+WARMUP_PER_PARTITION = 10
+#: The measuring consumer gives up after this many seconds without a new record.
+QUIET_LIMIT_S = 120.0
+
+
+@dataclass(frozen=True)
+class LatencyResult:
+    contender: str
+    rate: float  # what the producer was asked for, records/s
+    pacing: latency.Pacing
+    latencies: latency.Latencies
+    load: tuple[float, float]  # 1-minute load average before and after the run
+
+
+def _helper_env() -> dict[str, str]:
+    """The environment of the producer and measurer processes: `bench` importable."""
+    root = str(Path(__file__).resolve().parent.parent)
+    path = os.environ.get("PYTHONPATH")
+    return {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{path}" if path else root}
+
+
+async def _until_copied(env: BenchEnv, least: int, task: asyncio.Future[float],
+                        limit: float) -> None:
+    """Wait until every target partition holds `least` records, or the task fails."""
+    deadline = asyncio.get_running_loop().time() + limit
+    async with HighWatermarks(env.target_bootstrap, env.target_topic, env.partitions) as marks:
+        while True:
+            ends = await marks.log_ends()
+            if (min(ends.values()) >= least
+                    and min((await marks.confirm(ends)).values()) >= least):
+                return
+            if task.done():
+                task.result()  # raises the contender's error
+                raise RuntimeError("the contender stopped before copying the warm-up records")
+            if asyncio.get_running_loop().time() > deadline:
+                raise TimeoutError(f"warm-up records not copied after {limit:g}s: {ends}")
+            await asyncio.sleep(0.05)
+
+
+async def run_latency(name: str, contender: Contender, args: argparse.Namespace,
+                      source: LocalBroker, target: LocalBroker, workdir: Path,
+                      ) -> LatencyResult:
+    """One steady-rate run of `contender`, measured by the shared producer and measurer."""
+    size = args.size or 100
+    partitions = args.partitions
+    total = max(1, round(args.rate * args.duration))
+    warmup = WARMUP_PER_PARTITION * partitions
+    topic = f"latency-{name.replace('_', '-')}-{secrets.token_hex(3)}"
+    await asyncio.gather(create_topics(source.bootstrap, [topic], partitions),
+                         create_topics(target.bootstrap, [topic], partitions))
+    helpers: list[asyncio.subprocess.Process] = []
+    copier: asyncio.Future[float] | None = None
+    try:
+        # Keys that are not numbers: the measuring consumer passes these by.
+        await seed(source.bootstrap, topic, partitions,
+                   [(b"warm-up-%d" % i, value)
+                    for i, (_, value) in enumerate(make_payloads(warmup, size))])
+        run_dir = workdir / topic
+        await asyncio.to_thread(run_dir.mkdir, parents=True)
+        env = BenchEnv(
+            source_alias=SOURCE, target_alias=TARGET,
+            source_bootstrap=source.bootstrap, target_bootstrap=target.bootstrap,
+            source_topic=topic, target_topic=topic, partitions=partitions,
+            records=warmup + total + latency.trailers(size) * partitions, record_size=size,
+            workdir=run_dir,
+            broker_kind=args.broker, follow=True,
+        )
+        load_before = os.getloadavg()[0]
+        copier = asyncio.ensure_future(contender(env))
+        await _until_copied(env, WARMUP_PER_PARTITION // 2, copier, limit=300)
+        print(f"  {name}: copying (start-up {env.startup[-1]:.1f}s)" if env.startup else
+              f"  {name}: copying", flush=True)
+        common = ["--bootstrap"]
+        measurer = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "bench.latency", "measure", *common, target.bootstrap,
+            "--topic", topic, "--partitions", str(partitions), "--size", str(size),
+            "--count", str(total), "--limit", str(QUIET_LIMIT_S),
+            stdout=asyncio.subprocess.PIPE, env=_helper_env())
+        helpers.append(measurer)
+        assert measurer.stdout is not None
+        line = await asyncio.wait_for(measurer.stdout.readline(), 60)
+        if line.strip() != b"ready":
+            raise RuntimeError(f"measuring consumer did not start: {line!r}")
+        producer = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "bench.latency", "produce", *common, source.bootstrap,
+            "--topic", topic, "--partitions", str(partitions), "--rate", str(args.rate),
+            "--duration", str(args.duration), "--size", str(size),
+            stdout=asyncio.subprocess.PIPE, env=_helper_env())
+        helpers.append(producer)
+        out, _ = await producer.communicate()
+        if producer.returncode != 0:
+            raise RuntimeError(f"producer exited {producer.returncode}")
+        pacing = latency.Pacing(**json.loads(out))
+        print(f"  produced {pacing.records:,} records at {pacing.achieved_rate:,.0f}/s "
+              f"(asked {args.rate:,.0f}/s, at worst {pacing.worst_behind_s * 1000:.0f} ms "
+              f"behind schedule, {pacing.failed} failed)", flush=True)
+        out, _ = await measurer.communicate()
+        if measurer.returncode != 0:
+            raise RuntimeError(f"measuring consumer exited {measurer.returncode}")
+        measured = latency.Latencies(**json.loads(out))
+        load_after = os.getloadavg()[0]
+        if copier.done():
+            copier.result()  # a contender that failed meanwhile: raise its error
+        result = LatencyResult(name, args.rate, pacing, measured, (load_before, load_after))
+        print(f"  {name}: {_latency_line(result)}", flush=True)
+        return result
+    finally:
+        for proc in helpers:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+        if copier is not None:
+            if not copier.done():
+                copier.cancel()
+            await asyncio.gather(copier, return_exceptions=True)
+        await asyncio.gather(delete_topics(source.bootstrap, [topic]),
+                             delete_topics(target.bootstrap, [topic]),
+                             return_exceptions=True)
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}" if value >= 100 else f"{value:.1f}"
+
+
+def _latency_line(r: LatencyResult) -> str:
+    m = r.latencies
+    return (f"p50 {_ms(m.p50)} ms, p99 {_ms(m.p99)} ms, max {_ms(m.max)} ms "
+            f"({m.seen:,} of {m.expected:,} seen; p50 first quarter {_ms(m.first_quarter_p50)}"
+            f" ms, last quarter {_ms(m.last_quarter_p50)} ms, p99 {_ms(m.last_quarter_p99)} ms)")
+
+
+async def bench(args: argparse.Namespace) -> tuple[list[Result], list[LatencyResult]]:
     contenders = [(n, c) for n, c in CONTENDERS if not args.only or n in args.only]
     workdir = Path(tempfile.mkdtemp(prefix="mirrorline-bench-"))
     print(f"brokers: {describe(args.broker)}", flush=True)
@@ -165,13 +319,14 @@ async def bench(args: argparse.Namespace) -> list[Result]:
     )
     started = [b for b in brokers if isinstance(b, LocalBroker)]
     results: list[Result] = []
+    steady: list[LatencyResult] = []
     unavailable: set[str] = set()
     try:
         for broker in brokers:
             if isinstance(broker, BaseException):
                 raise broker
         source, target = started
-        for scenario in scenarios_for(args):
+        for scenario in [] if args.latency_only else scenarios_for(args):
             print(f"scenario {scenario.label}, {args.partitions} partitions", flush=True)
             payloads = await asyncio.to_thread(make_payloads, scenario.records, scenario.size)
             # Runs are interleaved (A, B, C, A, B, C, ...) so that whatever else the machine
@@ -197,10 +352,22 @@ async def bench(args: argparse.Namespace) -> list[Result]:
                            for name, runs in times.items() if runs)
             startups.clear()
             costs.clear()
+        if not args.no_latency:
+            print(f"steady rate: {args.rate:,.0f} records/s of {args.size or 100} B over "
+                  f"{args.partitions} partitions for {args.duration:g}s", flush=True)
+        for name, contender in [] if args.no_latency else contenders:
+            if name in unavailable:
+                continue
+            try:
+                steady.append(await run_latency(name, contender, args, source, target,
+                                                workdir))
+            except ContenderUnavailable as exc:
+                print(f"  SKIP {name}: {exc}", flush=True)
+                unavailable.add(name)
     finally:
         await asyncio.gather(*(stop_local(b) for b in started))
         await asyncio.to_thread(shutil.rmtree, workdir, True)
-    return results
+    return results, steady
 
 
 #: Audit verification rates (records per CPU second) per scenario, from the mirrorline runs.
@@ -251,17 +418,60 @@ def print_table(results: list[Result]) -> None:
                   f"records, {r.peak_rss / 2**20:.0f} MiB peak RSS")
 
 
+def print_latency_table(results: list[LatencyResult]) -> None:
+    baseline = next((r for r in results if r.contender == "mm2"), None)
+    header = ["contender", "asked/s", "produced/s", "seen", "p50 ms", "p99 ms", "max ms",
+              "p50 1st/last quarter", "p99 last quarter", "CreateTime kept", "load",
+              "p50 x mm2", "p99 x mm2"]
+    rows: list[list[str]] = []
+    for r in results:
+        m = r.latencies
+
+        def ratio(mine: float | None, theirs: float | None) -> str:
+            return f"{mine / theirs:.3g}" if mine is not None and theirs else "-"
+
+        rows.append([
+            r.contender, f"{r.rate:,.0f}", f"{r.pacing.achieved_rate:,.0f}",
+            f"{m.seen:,}/{m.expected:,}", _ms(m.p50), _ms(m.p99), _ms(m.max),
+            f"{_ms(m.first_quarter_p50)}/{_ms(m.last_quarter_p50)}", _ms(m.last_quarter_p99),
+            "yes" if m.seen and m.timestamps_kept == m.seen else f"no ({m.timestamps_kept:,})",
+            f"{r.load[0]:.1f}-{r.load[1]:.1f}",
+            ratio(m.p50, baseline.latencies.p50 if baseline else None),
+            ratio(m.p99, baseline.latencies.p99 if baseline else None),
+        ])
+    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
+    print()
+    for row in (header, *rows):
+        print("  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                        for i, (c, w) in enumerate(zip(row, widths, strict=True))))
+    print("(latency: the source record's CreateTime to the measuring consumer on the target\n"
+          " seeing its copy -- the same consumer for every contender, its own delay in every\n"
+          " figure; 'x mm2' = this contender's latency / MM2's, lower is better; load: the\n"
+          " 1-minute load average before and after the run)")
+    for r in results:
+        if r.pacing.achieved_rate < 0.98 * r.rate:
+            print(f"  note: the producer did not hold the rate in {r.contender}'s run "
+                  f"({r.pacing.achieved_rate:,.0f}/s of {r.rate:,.0f}/s)")
+        if r.latencies.seen < r.latencies.expected:
+            print(f"  note: {r.contender} copied {r.latencies.seen:,} of "
+                  f"{r.latencies.expected:,} records before {QUIET_LIMIT_S:g}s passed "
+                  "without a new one")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        results = asyncio.run(bench(args))
+        results, steady = asyncio.run(bench(args))
     except KeyboardInterrupt:
         return 130
-    if not results:
+    if not results and not steady:
         print("no contender ran", file=sys.stderr)
         return 1
-    print_table(results)
-    print_audit(results)
+    if results:
+        print_table(results)
+        print_audit(results)
+    if steady:
+        print_latency_table(steady)
     return 0
 
 

@@ -61,6 +61,9 @@ class BenchEnv:
     #: Filled by `wait_mirrored` when given the contender's processes: (CPU seconds they
     #: spent from the first record to the last, their peak resident set in bytes).
     costs: list[tuple[float, int]] = field(default_factory=list)
+    #: True in a steady-rate run: the source keeps growing while the contender runs, so
+    #: a contender must keep following it rather than stop at the end it first sees.
+    follow: bool = False
 
     async def wait_mirrored(
         self,

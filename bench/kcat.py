@@ -4,7 +4,9 @@ Records travel as `key<TAB>value<NL>` lines (the generated payloads are printabl
 neither), so keys and values arrive intact; kcat cannot carry headers or source timestamps
 through a pipe, so the target gets fresh timestamps. Debian's librdkafka (2.0) cannot talk
 to Tansu, so kcat runs against the librdkafka shipped in the confluent-kafka wheel, through
-`LD_LIBRARY_PATH` and a `librdkafka.so.1` symlink.
+`LD_LIBRARY_PATH` and a `librdkafka.so.1` symlink. In a steady-rate run (`env.follow`) the
+consumers keep following the partition instead of stopping at its end, and write each
+record out at once (`-u`).
 """
 
 from __future__ import annotations
@@ -47,7 +49,10 @@ async def _pipe(kcat: str, env: BenchEnv, partition: int, proc_env: dict[str, st
     try:
         consumer = await asyncio.create_subprocess_exec(
             kcat, "-C", "-q", "-b", env.source_bootstrap, "-t", env.source_topic,
-            "-p", str(partition), "-o", "beginning", "-e", "-f", CONSUME_FORMAT,
+            "-p", str(partition), "-o", "beginning", "-f", CONSUME_FORMAT,
+            # In a steady-rate run: keep following, and write each record out at once
+            # rather than when stdio's buffer fills. Otherwise stop at the end.
+            *(("-u",) if env.follow else ("-e",)),
             stdout=write_end, stderr=asyncio.subprocess.PIPE, env=proc_env,
         )
         producer = await asyncio.create_subprocess_exec(
