@@ -22,6 +22,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from mirrorline.core.errors import WireFormatError
 from mirrorline.core.wire import Heartbeat
 from mirrorline.kafka.metadata import partitions_by_topic
+from mirrorline.kafka.reader import TAIL_WAIT_MS
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +36,7 @@ class NewestHeartbeats:
         kwargs = dict(consumer_kwargs)
         kwargs.pop("group_id", None)
         kwargs["enable_auto_commit"] = False
-        kwargs.setdefault("fetch_max_wait_ms", 100)
+        kwargs.setdefault("fetch_max_wait_ms", TAIL_WAIT_MS)  # see TAIL_WAIT_MS
         self.alias = alias
         self._consumer = AIOKafkaConsumer(**kwargs)
         self._positions: dict[TopicPartition, int] = {}
