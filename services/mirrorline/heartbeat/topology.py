@@ -67,9 +67,9 @@ class TopologyWatcher(Retrying):
         try:
             await asyncio.wait_for(reader.start(), 15)
             while True:
-                topics = heartbeat_topics(self.policy, await asyncio.wait_for(
-                    reader.all_topics(), 15))
-                self._newest = dict(await reader.refresh(topics))
+                partitions = await asyncio.wait_for(reader.all_partitions(), 15)
+                topics = heartbeat_topics(self.policy, sorted(partitions))
+                self._newest = dict(await reader.refresh(topics, partitions=partitions))
                 self._ready()
                 await asyncio.sleep(REFRESH_S)
         finally:

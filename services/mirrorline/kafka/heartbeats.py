@@ -54,14 +54,24 @@ class NewestHeartbeats:
         self._started = False
 
     async def all_topics(self) -> list[str]:
-        cluster = await self._consumer._client.fetch_all_metadata()
-        return sorted(cluster.topics())
+        return sorted(await self.all_partitions())
 
-    async def refresh(self, topics: Iterable[str], timeout: float = 5.0) -> dict[str, int | None]:
+    async def all_partitions(self) -> dict[str, list[int]]:
+        """Every topic of the cluster with its partitions, from fresh metadata."""
+        cluster = await self._consumer._client.fetch_all_metadata()
+        return {t: sorted(cluster.partitions_for_topic(t) or ()) for t in cluster.topics()}
+
+    async def refresh(self, topics: Iterable[str], timeout: float = 5.0,
+                      partitions: Mapping[str, list[int]] | None = None
+                      ) -> dict[str, int | None]:
         """Read every partition of `topics` up to its end; returns topic -> newest heartbeat
-        timestamp (None: no valid heartbeat on it)."""
+        timestamp (None: no valid heartbeat on it). `partitions`: fresh metadata the
+        caller has (`all_partitions`), saving a request."""
         wanted = sorted(set(topics))
-        found = await partitions_by_topic(self._consumer, wanted)
+        if partitions is None:
+            found = await partitions_by_topic(self._consumer, wanted)
+        else:
+            found = {t: list(partitions[t]) for t in wanted if partitions.get(t)}
         tps = [TopicPartition(t, p) for t, parts in found.items() for p in parts]
         if not tps:
             self.newest = {t: None for t in wanted}
