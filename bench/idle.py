@@ -2,7 +2,8 @@
 
 Starts two local clusters and `mirrorline run` on them with the README's minimal file (one
 flow, `primary->backup`, and one empty 3-partition topic to mirror), produces nothing, lets
-the deployment settle (`--warmup`, default 30 s), then reads each service's CPU time from
+the deployment settle (`--warmup`, default 60 s: the heartbeat service's faust app
+starts well after the process, and its start-up is not idle cost), then reads each service's CPU time from
 /proc (user + system, every thread and child process of the service counted) over
 `--seconds` (default 60) and prints it as a percentage of one core. The brokers are not
 counted. A service above `--limit` (default 2 %) is marked; the exit status is 1 then.
@@ -157,7 +158,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(prog="python -m bench.idle", description=__doc__)
     parser.add_argument("--broker", choices=BROKERS, default="kafka")
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--warmup", type=float, default=30.0)
+    parser.add_argument("--warmup", type=float, default=60.0)
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--limit", type=float, default=2.0,
                         help="CPU %% of a core above which a service is marked")

@@ -23,7 +23,9 @@ from mirrorline.kafka.heartbeats import NewestHeartbeats
 
 log = logging.getLogger(__name__)
 
-REFRESH_S = 1.0
+#: Seconds between reads of the heartbeat topics: a path turns stale after 10 s at least
+#: (`STALE_MIN_MS`), so it is seen stale within 12 s.
+REFRESH_S = 2.0
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ class NewestHeartbeats:
         self.alias = alias
         self._consumer = AIOKafkaConsumer(**kwargs)
         self._positions: dict[TopicPartition, int] = {}
+        self._assigned: set[TopicPartition] = set()
         self.newest: dict[str, int | None] = {}
         self._reported: set[tuple[str, int, int]] = set()
         self._started = False
@@ -76,14 +77,18 @@ class NewestHeartbeats:
         if not tps:
             self.newest = {t: None for t in wanted}
             return self.newest
-        new = [tp for tp in tps if tp not in self._positions]
-        self._consumer.assign(tps)
-        if new:
-            ends = await self._consumer.end_offsets(new)
-            for tp in new:
-                self._positions[tp] = max(0, ends.get(tp, 0) - _BACK)
-        for tp in tps:
-            self._consumer.seek(tp, self._positions[tp])
+        if set(tps) != self._assigned:
+            # Only when the partitions change: an assignment (and a seek) drops what the
+            # consumer fetched ahead, and every refresh would fetch it again.
+            new = [tp for tp in tps if tp not in self._positions]
+            self._consumer.assign(tps)
+            self._assigned = set(tps)
+            if new:
+                ends = await self._consumer.end_offsets(new)
+                for tp in new:
+                    self._positions[tp] = max(0, ends.get(tp, 0) - _BACK)
+            for tp in tps:
+                self._consumer.seek(tp, self._positions[tp])
         deadline = time.monotonic() + timeout
         while True:
             batches = await self._consumer.getmany(timeout_ms=100)
