@@ -2,10 +2,10 @@
 
 Starts two local clusters and `mirrorline run` on them with the README's minimal file (one
 flow, `primary->backup`, and one empty 3-partition topic to mirror), produces nothing, lets
-the deployment settle (`--warmup`, default 60 s: the heartbeat service's faust app
-starts well after the process, and its start-up is not idle cost), then reads each service's CPU time from
-/proc (user + system, every thread and child process of the service counted) over
-`--seconds` (default 60) and prints it as a percentage of one core. The brokers are not
+the deployment settle (`--warmup`, default 60 s: the heartbeat service's faust app starts
+well after the process, and its start-up is not idle cost), then reads each service's CPU
+time from /proc (user + system, every thread and child process of the service counted)
+over `--seconds` (default 60) and prints it as a percentage of one core. The brokers are not
 counted. A service above `--limit` (default 2 %) is marked; the exit status is 1 then.
 """
 
