@@ -555,6 +555,20 @@ async def test_a_failing_spark_query_hands_its_partitions_back_and_status_says_w
     assert await asyncio.wait_for(run.proc.wait(), 60) == 0
 
 
+async def test_a_clean_stop_leaves_no_folder_of_the_executor_behind(run: Run) -> None:
+    """Every start used to leave its `mirrorline-spark-*` work folder in the temp folder:
+    Spark's own stop outlasts the executor's stop budget, and the folder went last. Runs
+    last: after the module's other tests the run is stopped already (by the test above,
+    with a query running); on its own it waits for the executor's query, then stops."""
+    if run.proc.returncode is None:
+        await run.wait_owned(run.pinned[2], [0, 1], EXECUTOR,
+                             "the flow did not run on the executor", timeout=180)
+        assert glob.glob(str(run.tmp / "mirrorline-spark-*")), os.listdir(run.tmp)
+        run.proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(run.proc.wait(), 60) == 0
+    assert not glob.glob(str(run.tmp / "mirrorline-spark-*")), os.listdir(run.tmp)
+
+
 async def _scrape(port: int) -> str:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     writer.write(b"GET /metrics HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")

@@ -115,3 +115,21 @@ def test_a_slow_answer_may_take_until_the_fence_deadline() -> None:
     holder._last_ok = 100.0
     assert holder._rpc_timeout(100.5) == pytest.approx(FENCE_AT * 2.0 - 0.5)
     assert holder._rpc_timeout(101.4) == pytest.approx(0.5)  # never below half a second
+
+
+def test_the_watch_sleeps_until_just_past_the_fence_deadline() -> None:
+    """Idle cost (issue 22): the watch wakes when a fence could be due, not 20 times a
+    second; it still fences at most `WATCH_S` after the deadline."""
+    from mirrorline.controlplane.leaseholder import WATCH_IDLE_S, WATCH_S
+
+    holder = LeaseHolder("worker w1", leader_address=lambda: None,
+                         beat=coordinator_pb2.WorkerHeartbeat,
+                         on_fence=lambda: None, on_unfence=lambda: None)
+    holder.lease_s = 6.0
+    assert holder.until_check(100.0) == WATCH_IDLE_S  # no answer yet: no deadline
+    holder._last_ok = 100.0
+    deadline = 100.0 + FENCE_AT * 6.0
+    assert holder.until_check(101.0) == pytest.approx(deadline - 101.0 + WATCH_S)
+    holder.check(101.0 + holder.until_check(101.0))
+    assert holder.fenced
+    assert holder.until_check(deadline + 1) == WATCH_IDLE_S  # fenced: answers lift it

@@ -119,9 +119,8 @@ class FlowTranslator:
         while True:
             reader = TopicReader(kwargs, topic)
             try:
-                await reader.start(partitions=1,
-                                   resume_at=None if position is None else {0: position})
-                if not await reader.exists():
+                if not await reader.start_if_exists(
+                        partitions=1, resume_at=None if position is None else {0: position}):
                     # Nobody wrote it yet (a replicator creates it with its first copies,
                     # and topics are never auto-created): nothing to translate from is an
                     # answer, not a reason to keep callers waiting.
@@ -134,6 +133,7 @@ class FlowTranslator:
                         log.info("%s: %s does not exist yet: nothing to translate from "
                                  "until it does", self.flow.name, topic)
                         missing_said = True
+                    await reader.stop()
                     await asyncio.sleep(RETRY_S)
                     continue
                 if first and topic == self.syncs_topic:

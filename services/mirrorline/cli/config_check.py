@@ -42,7 +42,8 @@ def register(subparsers: Any) -> None:
     check = sub.add_parser(
         "check", help="validate a properties file without connecting anywhere and print "
                       "what it means (flows, topic filters, naming, client settings; secrets "
-                      "masked); exit status 2 on errors")
+                      "masked); exit status 2 on errors, a likely typo (an unknown key "
+                      "nearly equal to a known one) included")
     check.add_argument("file", metavar="FILE", help="MM2 dedicated-mode properties file")
     check.set_defaults(handler=_check)
 
@@ -62,6 +63,17 @@ def _check(args: argparse.Namespace) -> int:
         print(f"mirrorline: configuration error: {exc}", file=sys.stderr)
         return 2
     warnings = (*settings.warnings, *client_warnings, *file_warnings)
+    typos = [w for w in warnings if w.suggestions]
+    if typos:
+        # A misspelt key is ignored, so what it was meant to set silently is not (a typo in
+        # `a->b.topics` mirrors every topic): the dry run fails on it, the services warn.
+        for warning in warnings:
+            if not warning.suggestions:
+                print(f"mirrorline: warning: {args.file}: {warning}", file=sys.stderr)
+        for typo in typos:
+            print(f"mirrorline: configuration error: {args.file}:{typo.line}: {typo.key}: "
+                  f"{typo.message}", file=sys.stderr)
+        return 2
     print_summary(settings, sys.stdout, warnings=len(warnings))
     print(f"grpc: {'TLS' if grpc.tls else 'plaintext (loopback only)'}"
           f"{', client certificates required' if grpc.client_auth_required else ''}"

@@ -56,7 +56,10 @@ def load_settings(path: str, bind: str = "127.0.0.1") -> MirrorSettings | None:
         return None
     if os.environ.get(VALIDATED_ENV) != os.path.abspath(path):
         for warning in (*settings.warnings, *client_warnings, *file_warnings):
-            print(f"mirrorline: warning: {path}: {warning}", file=sys.stderr)
+            # A likely typo is loud: MM2 ignores the key, and so do we, but what it was
+            # meant to set is then not set (`config check` refuses the file).
+            level = "WARNING, LIKELY TYPO" if warning.suggestions else "warning"
+            print(f"mirrorline: {level}: {path}: {warning}", file=sys.stderr)
     return settings
 
 

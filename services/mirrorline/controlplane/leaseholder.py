@@ -33,8 +33,11 @@ HEARTBEAT_S = 1.0
 FENCE_AT = 0.75
 #: The lease assumed until the controller's first answer says what it is.
 DEFAULT_LEASE_S = 6.0
-#: How often the fence deadline is checked.
+#: How late the fence may come after its deadline: the watch sleeps until the deadline
+#: (plus this), not in steps of this (20 wake-ups a second, in every worker, for nothing).
 WATCH_S = 0.05
+#: How long the watch sleeps while there is no deadline (no answer yet, or fenced).
+WATCH_IDLE_S = 0.5
 #: The shortest wait for a heartbeat's answer (once fenced, the next one renews).
 MIN_RPC_TIMEOUT_S = 0.5
 
@@ -117,8 +120,15 @@ class LeaseHolder:
 
     async def _watch(self) -> None:
         while True:
-            await asyncio.sleep(WATCH_S)
+            await asyncio.sleep(self.until_check(time.monotonic()))
             self.check(time.monotonic())
+
+    def until_check(self, now: float) -> float:
+        """Seconds until `check` could fence: just past the fence deadline (a heartbeat
+        answered meanwhile moves it later, and the watch sleeps again)."""
+        if self.fenced or self._last_ok is None:
+            return min(WATCH_IDLE_S, FENCE_AT * self.lease_s / 4)
+        return max(WATCH_S, self._last_ok + FENCE_AT * self.lease_s - now + WATCH_S)
 
     def check(self, now: float) -> None:
         """Fence if the lease may run out before another heartbeat could renew it."""

@@ -304,3 +304,22 @@ def cluster_level_status(rest: str) -> Status:
             or _is_no_effect(rest)):
         return Status.NO_EFFECT
     return Status.UNKNOWN
+
+
+# --- what an unknown key is compared with ("did you mean ...", `mirrorline.core.typos`) -----
+
+#: Whole keys with an effect at top level.
+TOP_LEVEL_KEYS: Final = (frozenset({"clusters", "use.defaults.from", "bootstrap.servers",
+                                    "security.protocol", PROVIDER_PREFIX})
+                         | FLOW_KEYS | WORKER_KEYS | EXACTLY_ONCE_KEYS
+                         | frozenset(DEPRECATED_ALIASES) | NAMING_ALIAS_KEYS | MIRRORLINE_KEYS)
+#: Whole keys with an effect after `<src>-><tgt>.`.
+FLOW_LEVEL_KEYS: Final = (FLOW_KEYS | WORKER_KEYS | EXACTLY_ONCE_KEYS
+                          | frozenset(DEPRECATED_ALIASES) | NAMING_ALIAS_KEYS)
+#: Whole keys with an effect after `<alias>.`.
+CLUSTER_LEVEL_KEYS: Final = (frozenset({"bootstrap.servers", "security.protocol",
+                                        "exactly.once.source.support"}) | WORKER_KEYS)
+#: Families of keys (any name after the prefix has an effect, or is checked by the clients).
+CONNECTION_FAMILIES: Final = ("ssl.", "sasl.")
+TOP_LEVEL_FAMILIES: Final = (*CONNECTION_FAMILIES, *CLIENT_PREFIXES, PROVIDER_PREFIX + ".")
+CLUSTER_LEVEL_FAMILIES: Final = (*CONNECTION_FAMILIES, *CLIENT_PREFIXES)

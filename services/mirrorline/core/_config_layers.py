@@ -16,11 +16,13 @@ from mirrorline.core import _config_keys as keys
 from mirrorline.core.errors import ConfigError
 from mirrorline.core.properties import Property
 from mirrorline.core.settings import ConfigWarning
+from mirrorline.core.typos import MIN_NAME, close_matches, or_list
 
 FlowKey = tuple[str, str]
 
 _UNKNOWN = "unknown key, ignored (MM2 would ignore it silently; check the spelling)"
 _UNKNOWN_MIRRORLINE = "unknown Mirrorline setting, ignored (check the spelling)"
+_NOT_LISTED = "looks like a setting of cluster"
 
 
 @dataclass
@@ -79,14 +81,16 @@ def _split_flow_key(entry: Property, aliases: tuple[str, ...],
         return ConfigError(entry.key, message, line=entry.line, source=source)
 
     if source_alias not in aliases:
-        raise fail(f"flow source {source_alias!r} is not a cluster listed in clusters")
+        raise fail(f"flow source {source_alias!r} is not a cluster listed in clusters"
+                   + _alias_hint(source_alias, aliases))
     matches = [a for a in aliases if remainder.startswith(a + ".")]
     if not matches:
         target_alias = remainder.split(".", 1)[0]
         if target_alias == remainder or target_alias in aliases:
             raise fail("a flow key needs a setting after the flow, e.g. "
                        f"{source_alias}->{remainder}.enabled")
-        raise fail(f"flow target {target_alias!r} is not a cluster listed in clusters")
+        raise fail(f"flow target {target_alias!r} is not a cluster listed in clusters"
+                   + _alias_hint(target_alias, aliases))
     target_alias = max(matches, key=len)
     if target_alias == source_alias:
         raise fail(f"a flow needs two different clusters, not {source_alias}->{target_alias}")
@@ -97,15 +101,58 @@ def _split_flow_key(entry: Property, aliases: tuple[str, ...],
     return source_alias, target_alias, rest
 
 
+def _alias_hint(alias: str, aliases: tuple[str, ...]) -> str:
+    near = close_matches(alias, [a for a in aliases if len(a) >= MIN_NAME])
+    return f" -- did you mean {or_list(repr(a) for a in near)}?" if near else ""
+
+
 def unknown_key_warnings(entries: Iterable[Property], layers: Layers,
                          aliases: tuple[str, ...]) -> list[ConfigWarning]:
-    """A warning for every key that has no effect in Mirrorline, in file order."""
+    """A warning for every key that has no effect in Mirrorline, in file order.
+
+    An unknown key nearly equal to a known one (`mirrorline.core.typos`) is a likely typo:
+    its warning asks "did you mean ...?" and carries the suggestions.
+    """
     warnings: list[ConfigWarning] = []
     for entry in sorted(entries, key=lambda e: e.line):
         message = _judge(entry, layers, aliases)
-        if message is not None:
-            warnings.append(ConfigWarning(entry.key, message, entry.line))
+        if message is None:
+            continue
+        suggestions: tuple[str, ...] = ()
+        if message in (_UNKNOWN, _UNKNOWN_MIRRORLINE) or message.startswith(_NOT_LISTED):
+            suggestions = suggest(entry.key, aliases)
+        if suggestions:
+            what = message if message.startswith(_NOT_LISTED) else "unknown key"
+            message = (f"{what} -- did you mean {or_list(suggestions)}? `run` and the "
+                       "services ignore it as if the line were not there (MM2 does too); "
+                       "`mirrorline config check` rejects it")
+        warnings.append(ConfigWarning(entry.key, message, entry.line, suggestions))
     return warnings
+
+
+def suggest(key: str, aliases: tuple[str, ...]) -> tuple[str, ...]:
+    """The known keys an unknown `key` (as written, with its level prefix) is nearly equal
+    to, with the same level prefix: `a->b.topcis` -> `a->b.topics`,
+    `a.bootstrap.server` -> `a.bootstrap.servers`, `primry.ssl.x` -> `primary.ssl.x`."""
+    if "->" in key:
+        source_alias, _, remainder = key.partition("->")
+        target_alias = max((a for a in aliases if remainder.startswith(a + ".")), key=len)
+        flow = f"{source_alias}->{target_alias}."
+        rest = remainder[len(target_alias) + 1:]
+        return tuple(flow + near for near in close_matches(
+            rest, keys.FLOW_LEVEL_KEYS, keys.CLIENT_PREFIXES))
+    owners = [alias for alias in aliases if key.startswith(alias + ".")]
+    # A misspelt alias is guessed only when aliases are names, not letters (`c.x` is no
+    # typo of `a.x`).
+    scope = owners or [alias for alias in aliases if len(alias) >= MIN_NAME]
+    exact = {f"{alias}.{known}" for alias in scope for known in keys.CLUSTER_LEVEL_KEYS}
+    families = [f"{alias}.{family}" for alias in scope
+                for family in keys.CLUSTER_LEVEL_FAMILIES]
+    if not owners:
+        exact |= keys.TOP_LEVEL_KEYS
+        families += [*keys.TOP_LEVEL_FAMILIES,
+                     *(f"{s}->{t}." for s in scope for t in scope if s != t)]
+    return close_matches(key, exact, families)
 
 
 def _judge(entry: Property, layers: Layers, aliases: tuple[str, ...]) -> str | None:
@@ -143,8 +190,7 @@ def _judge(entry: Property, layers: Layers, aliases: tuple[str, ...]) -> str | N
         return _UNKNOWN_MIRRORLINE
     first, _, rest = key.partition(".")
     if not owners and (keys.is_connection_key(rest) or rest.startswith(keys.CLIENT_PREFIXES)):
-        return (f"looks like a setting of cluster {first!r}, which is not listed in clusters; "
-                "ignored")
+        return f"{_NOT_LISTED} {first!r}, which is not listed in clusters; ignored"
     return _UNKNOWN
 
 

@@ -47,6 +47,7 @@ from mirrorline.core.settings import (
     FlowSettings,
     MirrorSettings,
 )
+from mirrorline.core.typos import or_list
 
 __all__ = [
     "DEFAULTS",
@@ -75,7 +76,8 @@ DIFFERENCES_FROM_MM2: Final[tuple[str, ...]] = (
     "top-level offset.flush.interval.ms is ignored and a top-level offset.storage.* wins over "
     "the cluster-level one.",
     "Unknown keys, keys without effect and duplicate keys are reported as warnings; MM2 "
-    "ignores them silently.",
+    "ignores them silently. An unknown key nearly equal to a known one is a likely typo: "
+    "its warning asks 'did you mean ...?', and `config check` fails on it.",
     "Invalid values that MM2 only detects late or never are rejected at start-up: negative "
     "intervals or offset.lag.max, booleans other than true/false (also for "
     "<source>-><target>.enabled, which MM2 reads as false), cluster aliases that are not "
@@ -326,6 +328,13 @@ class _Loader:
         own = layers.cluster(alias).get("bootstrap.servers")
         bootstrap = connection.get("bootstrap.servers", "")
         if not bootstrap:
+            wanted = {f"{alias}.bootstrap.servers", "bootstrap.servers"}
+            typo = next((w for w in self.warnings if wanted & set(w.suggestions)), None)
+            if typo is not None:  # a misspelt key: point at its line
+                raise ConfigError(typo.key, (
+                    f"cluster {alias!r} has no bootstrap servers -- did you mean "
+                    f"{or_list(sorted(wanted & set(typo.suggestions)))}?"), line=typo.line,
+                    source=self.source)
             # Without its own key, point at the `clusters` line that names the cluster.
             raise ConfigError(f"{alias}.bootstrap.servers", (
                 f"cluster {alias!r} has no bootstrap servers; set {alias}.bootstrap.servers = "

@@ -157,6 +157,8 @@ class ConfigWarning:
     key: str
     message: str
     line: int | None = None
+    #: The known keys an unknown key is nearly equal to (a likely typo; "did you mean ...").
+    suggestions: tuple[str, ...] = ()
 
     def __str__(self) -> str:
         where = f"line {self.line}: " if self.line is not None else ""

@@ -28,13 +28,12 @@ from mirrorline.core import record_audit as audit
 from mirrorline.core.filters import TopicFilter, should_replicate_topic
 from mirrorline.core.policy import make_policy
 from mirrorline.core.settings import FlowSettings
-from mirrorline.heartbeat.audit_app import AuditApp
+from mirrorline.heartbeat.audit_app import AuditApp, cadence_s
 from mirrorline.heartbeat.retrying import Retrying
 from mirrorline.kafka.metadata import partitions_by_topic
 
 log = logging.getLogger(__name__)
 
-FLUSH_S = 0.5
 APPLY_TIMEOUT_S = 15.0
 REFRESH_S = 5.0
 
@@ -64,7 +63,7 @@ class AuditReader(Retrying):
         kwargs.pop("group_id", None)
         kwargs["enable_auto_commit"] = False
         kwargs["auto_offset_reset"] = "earliest"
-        kwargs.setdefault("fetch_max_wait_ms", 200)
+        kwargs.setdefault("fetch_max_wait_ms", 500)  # a fetch answers as soon as records come
         self._kwargs = kwargs
         self.cluster = flow.source if side == "source" else flow.target
         self.records = 0
@@ -133,11 +132,16 @@ class AuditReader(Retrying):
             #: Offset gaps met (expected offset, first record after it, its timestamp):
             #: retention's, or merely transaction markers' and compaction's.
             gaps: dict[TopicPartition, list[tuple[int, int, int]]] = {}
-            deadline = loop.time() + FLUSH_S
+            flush_s = cadence_s(window)
+            deadline = loop.time() + flush_s
             if not part_of:  # nothing to read (yet): a fetch would wait for an assignment
-                await asyncio.sleep(FLUSH_S)
-            while part_of and loop.time() < deadline:
-                batches = await consumer.getmany(timeout_ms=100, max_records=20000)
+                await asyncio.sleep(flush_s)
+            # Read until the report is due, idle or not: records are taken as they come (a
+            # fetch answers as soon as there are any), and an idle reader reports once per
+            # cadence rather than after every empty fetch.
+            while part_of and (left := deadline - loop.time()) > 0:
+                batches = await consumer.getmany(timeout_ms=max(1, int(left * 1000)),
+                                                 max_records=20000)
                 for tp, records in batches.items():
                     d = deltas.setdefault(tp, {})
                     for record in records:
@@ -153,8 +157,6 @@ class AuditReader(Retrying):
                             record.key, record.value, record.headers, record.timestamp),
                             window)
                         self.records += 1
-                if not batches:
-                    break
             truncated = await _removed(consumer, gaps)
             for tp in part_of:  # past transaction markers that end what was read
                 expected[tp] = max(expected.get(tp, 0), await consumer.position(tp))

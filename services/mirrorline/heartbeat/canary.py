@@ -152,7 +152,7 @@ class CanaryReader(Retrying):
         kwargs = dict(consumer_kwargs)
         kwargs.pop("group_id", None)
         kwargs["enable_auto_commit"] = False
-        kwargs.setdefault("fetch_max_wait_ms", 100)
+        kwargs.setdefault("fetch_max_wait_ms", 500)  # a fetch answers as soon as records come
         self._kwargs = kwargs
         self.partitions = 0
         self._reported: set[tuple[int, int]] = set()

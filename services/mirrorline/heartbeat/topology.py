@@ -23,7 +23,9 @@ from mirrorline.kafka.heartbeats import NewestHeartbeats
 
 log = logging.getLogger(__name__)
 
-REFRESH_S = 1.0
+#: Seconds between reads of the heartbeat topics: a path turns stale after 10 s at least
+#: (`STALE_MIN_MS`), so it is seen stale within 12 s.
+REFRESH_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -67,9 +69,9 @@ class TopologyWatcher(Retrying):
         try:
             await asyncio.wait_for(reader.start(), 15)
             while True:
-                topics = heartbeat_topics(self.policy, await asyncio.wait_for(
-                    reader.all_topics(), 15))
-                self._newest = dict(await reader.refresh(topics))
+                partitions = await asyncio.wait_for(reader.all_partitions(), 15)
+                topics = heartbeat_topics(self.policy, sorted(partitions))
+                self._newest = dict(await reader.refresh(topics, partitions=partitions))
                 self._ready()
                 await asyncio.sleep(REFRESH_S)
         finally:

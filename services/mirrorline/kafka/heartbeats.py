@@ -22,6 +22,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from mirrorline.core.errors import WireFormatError
 from mirrorline.core.wire import Heartbeat
 from mirrorline.kafka.metadata import partitions_by_topic
+from mirrorline.kafka.reader import TAIL_WAIT_MS
 
 log = logging.getLogger(__name__)
 
@@ -35,10 +36,11 @@ class NewestHeartbeats:
         kwargs = dict(consumer_kwargs)
         kwargs.pop("group_id", None)
         kwargs["enable_auto_commit"] = False
-        kwargs.setdefault("fetch_max_wait_ms", 100)
+        kwargs.setdefault("fetch_max_wait_ms", TAIL_WAIT_MS)  # see TAIL_WAIT_MS
         self.alias = alias
         self._consumer = AIOKafkaConsumer(**kwargs)
         self._positions: dict[TopicPartition, int] = {}
+        self._assigned: set[TopicPartition] = set()
         self.newest: dict[str, int | None] = {}
         self._reported: set[tuple[str, int, int]] = set()
         self._started = False
@@ -53,26 +55,40 @@ class NewestHeartbeats:
         self._started = False
 
     async def all_topics(self) -> list[str]:
-        cluster = await self._consumer._client.fetch_all_metadata()
-        return sorted(cluster.topics())
+        return sorted(await self.all_partitions())
 
-    async def refresh(self, topics: Iterable[str], timeout: float = 5.0) -> dict[str, int | None]:
+    async def all_partitions(self) -> dict[str, list[int]]:
+        """Every topic of the cluster with its partitions, from fresh metadata."""
+        cluster = await self._consumer._client.fetch_all_metadata()
+        return {t: sorted(cluster.partitions_for_topic(t) or ()) for t in cluster.topics()}
+
+    async def refresh(self, topics: Iterable[str], timeout: float = 5.0,
+                      partitions: Mapping[str, list[int]] | None = None
+                      ) -> dict[str, int | None]:
         """Read every partition of `topics` up to its end; returns topic -> newest heartbeat
-        timestamp (None: no valid heartbeat on it)."""
+        timestamp (None: no valid heartbeat on it). `partitions`: fresh metadata the
+        caller has (`all_partitions`), saving a request."""
         wanted = sorted(set(topics))
-        found = await partitions_by_topic(self._consumer, wanted)
+        if partitions is None:
+            found = await partitions_by_topic(self._consumer, wanted)
+        else:
+            found = {t: list(partitions[t]) for t in wanted if partitions.get(t)}
         tps = [TopicPartition(t, p) for t, parts in found.items() for p in parts]
         if not tps:
             self.newest = {t: None for t in wanted}
             return self.newest
-        new = [tp for tp in tps if tp not in self._positions]
-        self._consumer.assign(tps)
-        if new:
-            ends = await self._consumer.end_offsets(new)
-            for tp in new:
-                self._positions[tp] = max(0, ends.get(tp, 0) - _BACK)
-        for tp in tps:
-            self._consumer.seek(tp, self._positions[tp])
+        if set(tps) != self._assigned:
+            # Only when the partitions change: an assignment (and a seek) drops what the
+            # consumer fetched ahead, and every refresh would fetch it again.
+            new = [tp for tp in tps if tp not in self._positions]
+            self._consumer.assign(tps)
+            self._assigned = set(tps)
+            if new:
+                ends = await self._consumer.end_offsets(new)
+                for tp in new:
+                    self._positions[tp] = max(0, ends.get(tp, 0) - _BACK)
+            for tp in tps:
+                self._consumer.seek(tp, self._positions[tp])
         deadline = time.monotonic() + timeout
         while True:
             batches = await self._consumer.getmany(timeout_ms=100)

@@ -19,6 +19,12 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from mirrorline.kafka.metadata import partitions_by_topic
 from mirrorline.kafka.records import Record
 
+#: How long a fetch of a tailed topic waits for records before the broker answers empty.
+#: Records are answered the moment they arrive whatever this is, so it costs no reaction
+#: time; it only sets how often an idle tail asks (at 100 ms, each of the few tails every
+#: service keeps made 10 fetches a second, most of an idle service's CPU).
+TAIL_WAIT_MS = 500
+
 
 class TopicReader:
     """Reads every partition of one topic from the beginning; can keep tailing it."""
@@ -28,6 +34,9 @@ class TopicReader:
         kwargs.pop("group_id", None)
         kwargs["enable_auto_commit"] = False
         kwargs["auto_offset_reset"] = "earliest"
+        #: Reading to the end waits at most this long on an empty partition; tailing waits
+        #: longer (`TAIL_WAIT_MS`) -- unless the file sets fetch.max.wait.ms for the client.
+        self._tail_wait_ms = kwargs.get("fetch_max_wait_ms", TAIL_WAIT_MS)
         kwargs.setdefault("fetch_max_wait_ms", 100)
         self.topic = topic
         #: read_committed: the end is the last stable offset, so a transaction left open
@@ -41,6 +50,10 @@ class TopicReader:
         """Assign every partition, from the beginning or from `resume_at` (partition ->
         next offset to read)."""
         await self._consumer.start()
+        await self._assign(partitions, resume_at)
+
+    async def _assign(self, partitions: int | None,
+                      resume_at: Mapping[int, int] | None) -> None:
         if partitions is None:
             known = await partitions_by_topic(self._consumer, [self.topic])
             partitions = len(known.get(self.topic, []))
@@ -52,6 +65,17 @@ class TopicReader:
         for tp in self._tps:
             if resume_at and tp.partition in resume_at:
                 self._consumer.seek(tp, resume_at[tp.partition])
+
+    async def start_if_exists(self, partitions: int,
+                              resume_at: Mapping[int, int] | None = None) -> bool:
+        """`start`, if the cluster's metadata shows the topic now; False (the consumer
+        connected, nothing assigned) if not. A consumer assigned a missing topic waits for
+        it without end, refreshing its metadata every 100 ms meanwhile."""
+        await self._consumer.start()
+        if not await self.exists():
+            return False
+        await self._assign(partitions, resume_at)
+        return True
 
     async def stop(self, timeout: float = 2.0) -> None:
         """Close the consumer; bounded, as a close may wait on an unreachable cluster."""
@@ -127,8 +151,19 @@ class TopicReader:
         return True
 
     async def poll(self, timeout_ms: int = 1000) -> list[Record]:
+        """What arrived since the last read (tailing: fetches wait `TAIL_WAIT_MS` now)."""
+        _set_fetch_wait(self._consumer, self._tail_wait_ms)
         batches = await self._consumer.getmany(timeout_ms=timeout_ms)
         return [r for records in batches.values() for r in records]
+
+
+def _set_fetch_wait(consumer: AIOKafkaConsumer, wait_ms: int) -> None:
+    """Change how long the consumer's next fetches wait on the broker. aiokafka reads the
+    setting from its fetcher for every request but offers no setter: this sets it there
+    (an aiokafka without that attribute keeps the wait it was built with)."""
+    fetcher = getattr(consumer, "_fetcher", None)
+    if fetcher is not None and hasattr(fetcher, "_fetch_max_wait_ms"):
+        fetcher._fetch_max_wait_ms = wait_ms
 
 
 async def read_topic(consumer_kwargs: Mapping[str, Any], topic: str, *,

@@ -8,6 +8,7 @@ pool because PySpark pins JVM state such as the active session to the calling th
 from __future__ import annotations
 
 import asyncio
+import atexit
 import json
 import logging
 import os
@@ -110,6 +111,7 @@ class SparkDriver:
     async def start_query(self, name: str, source: Mapping[str, str],
                           sink: Mapping[str, str]) -> RunningQuery:
         checkpoint = tempfile.mkdtemp(prefix=f"mirrorline-spark-{name}-")
+        _CHECKPOINTS.add(checkpoint)
 
         def run() -> Any:
             from mirrorline_spark import FORMAT
@@ -169,6 +171,18 @@ class RunningQuery:
             await self._driver.call(self._query.stop)
         finally:
             shutil.rmtree(self.checkpoint, ignore_errors=True)
+            _CHECKPOINTS.discard(self.checkpoint)
+
+
+#: Checkpoint folders of queries not stopped yet: removed at exit, should the process end
+#: before their queries stop (a stop that overran its budget).
+_CHECKPOINTS: set[str] = set()
+
+
+@atexit.register
+def _remove_checkpoints() -> None:
+    for path in list(_CHECKPOINTS):
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _offsets(raw: Any) -> dict[str, Any] | None:

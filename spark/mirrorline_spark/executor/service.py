@@ -4,6 +4,7 @@ replicator's MM2 names, a Spark driver, and the agent that follows the control l
 from __future__ import annotations
 
 import asyncio
+import atexit
 import logging
 import shutil
 import tempfile
@@ -44,7 +45,12 @@ class SparkExecutorService:
         self.telemetry: Telemetry | None = None
         self.agent: SparkAgent | None = None
         self._control: ControlLog | None = None
+        #: The acknowledgement socket and the drain file of the running query: removed
+        #: by `stop` as soon as the queries have stopped, and at exit in any case (a stop
+        #: that overran its budget -- Spark's own stop takes seconds -- left one behind
+        #: in the temp folder at every start).
         self._workdir = tempfile.mkdtemp(prefix="mirrorline-spark-")
+        atexit.register(shutil.rmtree, self._workdir, ignore_errors=True)
         self._tasks: list[asyncio.Task[None]] = []
 
     @property
@@ -74,19 +80,24 @@ class SparkExecutorService:
                  port, self.telemetry.metrics_port, self.master, self.driver.ui_address or "off")
 
     async def stop(self) -> None:
-        await self._grpc.set_serving(False)
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self.agent is not None:
-            await self.agent.stop()
-        if self._control is not None:
-            await self._control.stop()
-        await self.driver.stop()
-        await self._grpc.stop()
-        if self.telemetry is not None:
-            await self.telemetry.stop()
-        shutil.rmtree(self._workdir, ignore_errors=True)
+        try:
+            await self._grpc.set_serving(False)
+            for task in self._tasks:
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+            if self.agent is not None:
+                await self.agent.stop()
+            # The queries have stopped: nothing uses the folder any more, and what
+            # follows (Spark's stop) may outlast the process's stop budget.
+            await asyncio.to_thread(shutil.rmtree, self._workdir, ignore_errors=True)
+            if self._control is not None:
+                await self._control.stop()
+            await self.driver.stop()
+            await self._grpc.stop()
+            if self.telemetry is not None:
+                await self.telemetry.stop()
+        finally:
+            shutil.rmtree(self._workdir, ignore_errors=True)
 
     def serving(self) -> bool:
         agent = self.agent
