@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.records_to_delete import RecordsToDelete
 from helpers import Record, produce, wait_for
@@ -33,6 +33,8 @@ from procs import (
 )
 
 from mirrorline.dev.kafka import LocalKafkaCluster
+from mirrorline.replicator.pump import PartitionPump, PumpState
+from mirrorline.replicator.source_faults import check_truncation
 from mirrorline.v1 import admin_pb2, admin_pb2_grpc, flows_pb2, heartbeat_pb2
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka_only]
@@ -331,3 +333,33 @@ async def test_under_a_controller_a_recreated_source_topic_is_copied_from_its_st
                       + [f"n{n}".encode() for n in range(150)])
     (row,) = [p for p in status.partitions if p.source_topic == topic]
     assert "recreated" in row.error, row
+
+
+async def test_a_stale_high_watermark_does_not_stop_a_partition_as_truncated(
+        primary: LocalKafkaCluster, unique: str) -> None:
+    """The consumer's high watermark is that of its last fetch answer; a position that has
+    moved past it (a 30-minute soak saw end 1639 against position 1640) is no truncation
+    while the leader's own log end is not below it. A real truncation is still stopped."""
+    topic = f"{unique}-stale-hw"
+    await ready_topic(primary.bootstrap, topic, 1)
+    await produce(primary.bootstrap, topic, [Record(b"a", partition=0)] * 3)
+    tp = TopicPartition(topic, 0)
+    consumer = AIOKafkaConsumer(bootstrap_servers=primary.bootstrap, group_id=None,
+                                enable_auto_commit=False, auto_offset_reset="earliest")
+    await consumer.start()
+    try:
+        consumer.assign([tp])
+        fetched = await consumer.getmany(tp, timeout_ms=10_000)
+        assert len(fetched.get(tp, [])) == 3 and consumer.highwater(tp) == 3
+        await produce(primary.bootstrap, topic, [Record(b"b", partition=0)] * 2)
+        pump = PartitionPump(flow="a->b", source_topic=topic, target_topic=f"a.{topic}",
+                             partition=0, next_offset=5)  # the leader holds 5 records
+        await check_truncation(consumer, {tp: pump})
+        assert pump.state is PumpState.RUNNING, pump.error
+        beyond = PartitionPump(flow="a->b", source_topic=topic, target_topic=f"a.{topic}",
+                               partition=0, next_offset=6)  # past the leader's end
+        await check_truncation(consumer, {tp: beyond})
+        assert beyond.state is not PumpState.RUNNING
+        assert "source log end offset 5 is below the next offset to copy 6" in str(beyond.error)
+    finally:
+        await consumer.stop()

@@ -137,7 +137,7 @@ class FlowTraffic:
         while not stopping():
             await asyncio.sleep(1.0)
             if self.consumer is not None:
-                check_truncation(self.consumer, self._pumps)
+                await check_truncation(self.consumer, self._pumps)
             if self.books is not None and time.monotonic() - last_flush >= flush_interval_s:
                 last_flush = time.monotonic()
                 self.books.flush_syncs()
