@@ -26,7 +26,7 @@ from mirrorline.core.settings import FlowSettings
 from mirrorline.flowservice import FlowService
 from mirrorline.grpcserver import ServiceServer
 from mirrorline.kafka.admin import ClusterAdmin
-from mirrorline.kafka.causes import explain
+from mirrorline.kafka.causes import explain, unreachable
 from mirrorline.kafka.clients import admin_kwargs, build, consumer_kwargs, producer_kwargs
 from mirrorline.kafka.health import ClusterProbe
 from mirrorline.runtime import stop_within
@@ -43,6 +43,8 @@ class FlowRunner:
         self._name = f"{flow.name}|checkpointer-{instance}"
         self.checkpointer: FlowCheckpointer | None = None
         self.source_up = False
+        #: What was last said about the source being unreachable (said once per reason).
+        self._source_said: str | None = None
         self.error: str | None = None
         self._admins: list[ClusterAdmin] = []
         self._task: asyncio.Task[None] | None = None
@@ -71,8 +73,9 @@ class FlowRunner:
             except Exception as exc:
                 delay = backoff.delay(attempt)
                 attempt += 1
-                self.error = (f"target cluster {flow.target!r} unreachable: "
-                              f"{explain(exc, flow.clients.target_admin.get('bootstrap.servers'))}")
+                self.error = unreachable(flow.target, exc,
+                                         flow.clients.target_admin.get("bootstrap.servers"),
+                                         role="target")
                 log.warning("%s: %s; retrying in %.0fs", flow.name, self.error, delay)
                 await asyncio.sleep(delay)
         source = await self._source()
@@ -105,11 +108,16 @@ class FlowRunner:
             admin = await self._admin(self.flow.source, self.flow.clients.source_admin,
                                       "source-admin", timeout=10)
             self.source_up = True
+            if self._source_said is not None:
+                log.info("%s: source cluster %r reachable again", self.flow.name,
+                         self.flow.source)
             return admin
         except Exception as exc:
             servers = self.flow.clients.source_admin.get("bootstrap.servers")
-            log.warning("%s: source cluster %r unreachable (%s); working from the target "
-                        "alone", self.flow.name, self.flow.source, explain(exc, servers))
+            line = unreachable(self.flow.source, exc, servers, role="source")
+            if line != self._source_said:  # retried every 5 s: said once per reason
+                log.warning("%s: %s; working from the target alone", self.flow.name, line)
+                self._source_said = line
             return ClusterAdmin(self.flow.source, build(
                 admin_kwargs, self.flow.clients.source_admin, f"{self._name}|source-admin"))
 
