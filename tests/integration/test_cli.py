@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from helpers import Record, consume_all, create_topic, produce, wait_for
-from procs import QUIET_SHARED_CLUSTERS, mm2_config
+from procs import QUIET_SHARED_CLUSTERS, free_port, mm2_config
 
 from mirrorline.dev.brokers import LocalBroker, is_alive
 from mirrorline.dev.portcheck import is_free
@@ -188,3 +188,15 @@ async def test_two_runs_started_together_on_the_same_ports_one_exits_2_at_once(
         for f in files:
             f.close()
     assert "Traceback" not in logs[runs.index(winner)].read_text()
+
+
+@pytest.mark.parametrize("command", [["produce", "t", "--count", "1"],
+                                     ["consume", "t", "--group", "g"]], ids=lambda c: c[0])
+async def test_dev_records_against_an_unreachable_cluster_say_so_in_one_line(
+        command: list[str]) -> None:
+    port = free_port()
+    code, out = await mirrorline("dev", command[0], f"127.0.0.1:{port}", *command[1:])
+    assert code == 1, out
+    assert out.strip() == (f"mirrorline: cluster at 127.0.0.1:{port} unreachable: connection "
+                           f"refused: Unable connect to 127.0.0.1:{port}: [Errno 111] Connect "
+                           f"call failed ('127.0.0.1', {port})"), out
