@@ -42,6 +42,9 @@ class FlowRunner:
         self.flow = flow
         self._name = f"{flow.name}|checkpointer-{instance}"
         self.checkpointer: FlowCheckpointer | None = None
+        #: The checkpointer being started (its producer may be open already): a stop
+        #: then stops it too, so no client is left unclosed.
+        self._starting: FlowCheckpointer | None = None
         self.source_up = False
         #: What was last said about the source being unreachable (said once per reason).
         self._source_said: str | None = None
@@ -87,6 +90,7 @@ class FlowRunner:
                                   f"{self._name}|syncs-reader"),
             target_consumer=build(consumer_kwargs, flow.clients.target_consumer,
                                   f"{self._name}|reader"))
+        self._starting = checkpointer
         while True:
             try:
                 await checkpointer.start()
@@ -96,10 +100,12 @@ class FlowRunner:
                 log.warning("%s: %s", flow.name, self.error)
                 await asyncio.sleep(backoff.delay(attempt))
                 attempt += 1
-        self.checkpointer, self.error = checkpointer, None
+        self.checkpointer, self._starting, self.error = checkpointer, None, None
+        checkpointer.source_down = None if self.source_up else self._source_said
         while not self.source_up:  # keep trying the source in the background
             await asyncio.sleep(5.0)
             checkpointer.set_source_admin(await self._source())
+            checkpointer.source_down = None if self.source_up else self._source_said
 
     async def _source(self) -> ClusterAdmin:
         """The source admin; when the source does not answer, an unstarted one (its calls
@@ -130,8 +136,9 @@ class FlowRunner:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-        if self.checkpointer is not None:
-            await stop_within(self.checkpointer.stop(), 1.0, f"stopping {self.flow.name}")
+        current = self.checkpointer or self._starting
+        if current is not None:
+            await stop_within(current.stop(), 1.0, f"stopping {self.flow.name}")
         for admin in self._admins:
             await stop_within(admin.close(), 0.3, "closing an admin client")
 
