@@ -410,3 +410,40 @@ async def test_an_unreachable_source_is_told_in_one_form_by_every_service(
     # (nor an ERROR at the stop for a client left unclosed)
     for bad in ("Traceback", "Error(", "NodeNotReadyError", "Unclosed"):
         assert bad not in text, text
+
+
+async def test_sigterm_while_joining_a_silent_home_cluster_leaves_no_client_unclosed(
+        tmp_path: Path) -> None:
+    """The home cluster accepts connections and never answers: a managed service is still
+    reading the control log when SIGTERM comes. It used to stop with an ERROR from asyncio
+    (`Unclosed AIOKafkaConsumer`) for the reader it had opened."""
+    async def accept(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)  # kept open, never answered
+    held: list[asyncio.StreamWriter] = []
+    silent = await asyncio.start_server(accept, "127.0.0.1", 0)
+    port = silent.sockets[0].getsockname()[1]
+    config = tmp_path / "mm2.properties"
+    config.write_text(deployment_config({"a": f"127.0.0.1:{port}", "b": f"127.0.0.1:{port}"},
+                                        {"a->b": {}}))
+    grpc_port = free_port()
+    proc = ServiceProcess(["configsync", "--managed", "--config", str(config), "--grpc-port",
+                           str(grpc_port), "--metrics-port", "-1"], grpc_port=grpc_port,
+                          log_path=tmp_path / "configsync.log")
+    try:
+        await proc.start()
+        await wait_for(lambda: _logged(proc, "flows from the control log", 1), 30,
+                       "the service did not start joining")
+        await wait_for(lambda: _connected(held), 30, "nothing connected to the home cluster")
+        await proc.signal(signal.SIGTERM)
+        assert await proc.wait(timeout=10.0) == 0
+    finally:
+        await proc.close()
+        for writer in held:
+            writer.close()
+        silent.close()
+    log = proc.log_tail(400)
+    assert "Unclosed" not in log and "ERROR" not in log, log
+
+
+async def _connected(held: list[asyncio.StreamWriter]) -> bool:
+    return bool(held)

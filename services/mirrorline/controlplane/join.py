@@ -39,6 +39,9 @@ async def open_control_log(settings: MirrorSettings, targets: Sequence[str] | No
         control = ControlLog(consumer_kwargs=consumer, topic=control_topics(settings)[0])
         try:
             await control.start()
+        except asyncio.CancelledError:  # stopped while connecting: close what it opened
+            await stop_within(control.stop(), 0.3, "closing the control log reader")
+            raise
         except Exception as exc:
             await stop_within(control.stop(), 1.0, "closing the control log reader")
             delay = backoff.delay(attempt)

@@ -121,6 +121,9 @@ class ReplicatorService:
             try:
                 await control.start()
                 break
+            except asyncio.CancelledError:  # stopped while connecting: close what it opened
+                await stop_within(control.stop(), 0.3, "closing the control log reader")
+                raise
             except Exception as exc:
                 await stop_within(control.stop(), 1.0, "closing the control log reader")
                 delay = backoff.delay(attempt)
