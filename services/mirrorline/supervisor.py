@@ -2,11 +2,13 @@
 
 Each service runs as its own `python -m mirrorline <service> ...` process so that a crash
 in one cannot take the others down. A child that exits unexpectedly is restarted with
-exponential backoff (reset after a minute of healthy running). A child exiting with
-status 2 has found a configuration error: restarting cannot help, so everything stops
-and `run` exits with 2. SIGTERM/SIGINT stop all children (SIGTERM, then SIGKILL after
-the grace period; each service bounds its own stop to a couple of seconds, so the grace
-period is only a safety net); if `run` itself is killed, the children get SIGTERM from the kernel.
+exponential backoff (reset after a minute of healthy running): at ERROR when it crashed
+or was killed, at WARNING when it stopped cleanly (status 0, someone else's SIGTERM). A
+child exiting with status 2 cannot run as configured (a configuration error, a port it
+cannot listen on): restarting cannot help, so everything stops and `run` exits with 2.
+SIGTERM/SIGINT stop all children (SIGTERM, then SIGKILL after the grace period; each
+service bounds its own stop to a couple of seconds, so the grace period is only a safety
+net); if `run` itself is killed, the children get SIGTERM from the kernel.
 """
 
 from __future__ import annotations
@@ -42,6 +44,14 @@ def _die_with_parent() -> None:
 
         pr_set_pdeathsig = 1
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
+def _ended(code: int) -> str:
+    """How a child ended, from its exit status (negative: the signal that killed it)."""
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"was killed by {signal.Signals(-code).name}"
+    return f"exited with status {code}"
 
 
 class Supervisor:
@@ -83,8 +93,9 @@ class Supervisor:
             if self._stopping.is_set():
                 return
             if code == CONFIG_ERROR_EXIT:
-                log.error("%s found a configuration error (exit 2); stopping everything",
-                          child.name)
+                log.error("%s exited with status 2: it cannot run as configured (its line "
+                          "above says why: a configuration error, a port it cannot listen "
+                          "on); restarting cannot help, so every service stops", child.name)
                 self.exit_status = CONFIG_ERROR_EXIT
                 self._stopping.set()
                 return
@@ -93,7 +104,13 @@ class Supervisor:
             delay = self._backoff.delay(attempt)
             attempt += 1
             self.restarts[child.name] += 1
-            log.error("%s exited with status %s; restarting in %.1fs", child.name, code, delay)
+            if code == 0:
+                # A clean exit `run` did not ask for: someone stopped the service (a
+                # SIGTERM from an operator or a tool). Nothing failed.
+                log.warning("%s stopped (status 0; not asked to by run); restarting in %.1fs",
+                            child.name, delay)
+            else:
+                log.error("%s %s; restarting in %.1fs", child.name, _ended(code), delay)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), delay)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from helpers import Record, consume_all, create_topic, produce, wait_for
-from procs import QUIET_SHARED_CLUSTERS, mm2_config
+from procs import QUIET_SHARED_CLUSTERS, free_port, mm2_config
 
 from mirrorline.dev.brokers import LocalBroker, is_alive
 from mirrorline.dev.portcheck import is_free
@@ -149,3 +149,54 @@ def children(pid: int) -> dict[int, str]:
             if flag in args:
                 found[int(child)] = args[args.index(flag) + 1].decode()
     return found
+
+
+async def test_two_runs_started_together_on_the_same_ports_one_exits_2_at_once(
+        primary: LocalBroker, backup: LocalBroker, unique: str, tmp_path: Path) -> None:
+    """Both pass a check that only looks at the ports; only one may start services. The
+    other exits 2 naming a port and the run holding it, and no service of it ever starts
+    (none crashes on `address already in use`, none is restarted)."""
+    config = tmp_path / "mm2.properties"
+    config.write_text(mm2_config({"primary": primary, "backup": backup},
+                                 {"primary->backup": {"topics": f"{unique}-none"}},
+                                 mirrorline_deployment=unique, **QUIET_SHARED_CLUSTERS))
+    offset = next(o for o in range(24000, 30000, 100)
+                  if all(is_free(p) for p in run_ports(1, o).values()))
+    logs = [tmp_path / "run-a.log", tmp_path / "run-b.log"]
+    files = [path.open("wb") for path in logs]
+    runs = list(await asyncio.gather(*(asyncio.create_subprocess_exec(
+        sys.executable, "-m", "mirrorline", "run", "--config", str(config), "--workers", "1",
+        "--port-offset", str(offset), stdout=f, stderr=f) for f in files)))
+    try:
+        done, _ = await asyncio.wait([asyncio.ensure_future(r.wait()) for r in runs],
+                                     timeout=60, return_when=asyncio.FIRST_COMPLETED)
+        assert done, "neither run exited"
+        [loser] = [r for r in runs if r.returncode is not None]
+        winner = runs[1 - runs.index(loser)]
+        text = logs[runs.index(loser)].read_text()
+        assert loser.returncode == 2, text
+        assert f"is in use by pid {winner.pid} " in text, text
+        assert "started (pid" not in text and "Traceback" not in text, text
+        assert winner.returncode is None
+        winner.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(winner.wait(), 60) == 0
+    finally:
+        for run in runs:
+            if run.returncode is None:
+                run.kill()
+                await run.wait()
+        for f in files:
+            f.close()
+    assert "Traceback" not in logs[runs.index(winner)].read_text()
+
+
+@pytest.mark.parametrize("command", [["produce", "t", "--count", "1"],
+                                     ["consume", "t", "--group", "g"]], ids=lambda c: c[0])
+async def test_dev_records_against_an_unreachable_cluster_say_so_in_one_line(
+        command: list[str]) -> None:
+    port = free_port()
+    code, out = await mirrorline("dev", command[0], f"127.0.0.1:{port}", *command[1:])
+    assert code == 1, out
+    assert out.strip() == (f"mirrorline: cluster at 127.0.0.1:{port} unreachable: connection "
+                           f"refused: Unable connect to 127.0.0.1:{port}: [Errno 111] Connect "
+                           f"call failed ('127.0.0.1', {port})"), out

@@ -6,6 +6,7 @@ cluster beside healthy ones. Real brokers, real processes throughout.
 from __future__ import annotations
 
 import asyncio
+import re
 import signal
 import sys
 from pathlib import Path
@@ -375,3 +376,74 @@ async def test_group_offsets_on_a_fresh_cluster_wait_for_its_group_coordinator(
             assert await groups.committed("g", [("t", 0)]) == {("t", 0): (0, "")}
     finally:
         await stop_cluster(fresh)
+
+
+#: A line about an unreachable cluster, in the one form: who (`... cluster 'a'`), what for,
+#: the kind of failure, and the address (in the detail, or in parentheses after it).
+UNREACHABLE = r"cluster 'a' unreachable[^:]*: (connection refused|timed out): .*127\.0\.0\.1:{port}"
+
+
+async def test_an_unreachable_source_is_told_in_one_form_by_every_service(
+        primary: LocalBroker, tmp_path: Path) -> None:
+    """The home (target) cluster answers, the source does not: every service that needs
+    the source says so in the documented form, naming the cluster, its address and the
+    cause -- no exception's repr, no client-internal error, no traceback."""
+    port = free_port()
+    config = deployment_config({"a": f"127.0.0.1:{port}", "b": primary}, {"a->b": {}})
+    proc, out = await _run(config, tmp_path, "source-down")
+    pattern = re.compile(UNREACHABLE.format(port=port))
+    try:
+        async def everyone_said_it() -> bool:
+            text = out.read_text(errors="replace")
+            said = {line.split()[3] for line in text.splitlines()
+                    if "cluster 'a' unreachable" in line and len(line.split()) > 3}
+            return {"checkpointer", "configsync", "heartbeat"} <= said
+        await wait_for(everyone_said_it, 90, "not every service reported the source")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        await asyncio.wait_for(proc.wait(), 30)
+    text = out.read_text(errors="replace")
+    lines = [line for line in text.splitlines() if "' unreachable" in line]
+    assert lines
+    for line in lines:
+        assert pattern.search(line), line
+    # (nor an ERROR at the stop for a client left unclosed)
+    for bad in ("Traceback", "Error(", "NodeNotReadyError", "Unclosed"):
+        assert bad not in text, text
+
+
+async def test_sigterm_while_joining_a_silent_home_cluster_leaves_no_client_unclosed(
+        tmp_path: Path) -> None:
+    """The home cluster accepts connections and never answers: a managed service is still
+    reading the control log when SIGTERM comes. It used to stop with an ERROR from asyncio
+    (`Unclosed AIOKafkaConsumer`) for the reader it had opened."""
+    async def accept(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)  # kept open, never answered
+    held: list[asyncio.StreamWriter] = []
+    silent = await asyncio.start_server(accept, "127.0.0.1", 0)
+    port = silent.sockets[0].getsockname()[1]
+    config = tmp_path / "mm2.properties"
+    config.write_text(deployment_config({"a": f"127.0.0.1:{port}", "b": f"127.0.0.1:{port}"},
+                                        {"a->b": {}}))
+    grpc_port = free_port()
+    proc = ServiceProcess(["configsync", "--managed", "--config", str(config), "--grpc-port",
+                           str(grpc_port), "--metrics-port", "-1"], grpc_port=grpc_port,
+                          log_path=tmp_path / "configsync.log")
+    try:
+        await proc.start()
+        await wait_for(lambda: _logged(proc, "flows from the control log", 1), 30,
+                       "the service did not start joining")
+        await wait_for(lambda: _connected(held), 30, "nothing connected to the home cluster")
+        await proc.signal(signal.SIGTERM)
+        assert await proc.wait(timeout=10.0) == 0
+    finally:
+        await proc.close()
+        for writer in held:
+            writer.close()
+        silent.close()
+    log = proc.log_tail(400)
+    assert "Unclosed" not in log and "ERROR" not in log, log
+
+
+async def _connected(held: list[asyncio.StreamWriter]) -> bool:
+    return bool(held)

@@ -105,6 +105,27 @@ def test_a_cause_for_another_cluster_is_not_borrowed() -> None:
     assert "other" not in line
 
 
+def test_an_unreachable_cluster_is_told_in_one_form_naming_it_its_address_and_the_cause(
+        ) -> None:
+    """The form every service and `dev` command uses (README, "Faults"): a detail that
+    names no address gets the cluster's bootstrap servers after it; a command that knows
+    only the address names the cluster by it."""
+    from aiokafka.errors import KafkaConnectionError, NodeNotReadyError
+
+    causes.quiet_aiokafka()
+    assert causes.unreachable("a", TimeoutError(), "h:7", role="source",
+                              purpose="for the canary") == \
+        "source cluster 'a' unreachable for the canary: timed out (bootstrap servers h:7)"
+    logging.getLogger("aiokafka.conn").error(
+        'Unable connect to "h:8": [Errno 111] Connect call failed')
+    assert causes.unreachable("b", KafkaConnectionError("Unable to bootstrap from [('h', 8)]"),
+                              "h:8") == ("cluster 'b' unreachable: connection refused: Unable "
+                                         "connect to h:8: [Errno 111] Connect call failed")
+    # A client-internal error takes the cause logged for the address, not its own name.
+    line = causes.unreachable(None, NodeNotReadyError("node which is not ready"), "h:8")
+    assert line.startswith("cluster at h:8 unreachable: connection refused: ")
+
+
 def _settings(extra: str) -> MirrorSettings:
     return parse_config("clusters = a, b\na.bootstrap.servers = h:1\nb.bootstrap.servers = h:2\n"
                         "a->b.enabled = true\n" + extra, source="mm2.properties")

@@ -35,6 +35,7 @@ from mirrorline.core.settings import FlowSettings
 from mirrorline.core.stats import SampledStat
 from mirrorline.core.wire import Checkpoint
 from mirrorline.kafka.admin import ClusterAdmin, TopicSpec
+from mirrorline.kafka.causes import explain
 from mirrorline.kafka.groups import GroupInUse, GroupOffsets
 from mirrorline.kafka.reader import read_topic
 
@@ -67,6 +68,9 @@ class FlowCheckpointer:
         self.last_checkpoint_ms: dict[str, int] = {}
         self.latency = SampledStat()
         self.error: str | None = None
+        #: Why the source cannot be reached, while the flow's runner knows it cannot
+        #: (it says so itself, once): rounds wait instead of failing every interval.
+        self.source_down: str | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
     @property
@@ -159,6 +163,10 @@ class FlowCheckpointer:
     async def _emit_loop(self) -> None:
         refreshed = float("-inf")
         while True:
+            if self.source_down is not None:
+                self.error = f"checkpointing waits for the source: {self.source_down}"
+                await asyncio.sleep(self.flow.emit_checkpoints_interval_s)
+                continue
             try:
                 # refresh.groups.enabled = false: groups are found once, at start (as MM2's
                 # checkpoint connector loads them once and schedules no refresh).
@@ -170,9 +178,13 @@ class FlowCheckpointer:
                 if self.translator.ready:
                     await self.emit_once()
                 self.error = None
-            except Exception as exc:  # log and keep the schedule
-                self.error = f"checkpointing failed: {exc!r}"
-                log.warning("%s: %s", self.name, self.error)
+            except Exception as exc:  # log (once per cause) and keep the schedule
+                servers = [self.flow.clients.source_admin.get("bootstrap.servers", ""),
+                           self.flow.clients.target_admin.get("bootstrap.servers", "")]
+                error = f"checkpointing failed: {explain(exc, ','.join(servers))}"
+                if error != self.error:
+                    log.warning("%s: %s", self.name, error)
+                self.error = error
             await asyncio.sleep(self.flow.emit_checkpoints_interval_s)
 
     async def emit_once(self) -> int:

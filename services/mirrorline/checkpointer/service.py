@@ -26,7 +26,7 @@ from mirrorline.core.settings import FlowSettings
 from mirrorline.flowservice import FlowService
 from mirrorline.grpcserver import ServiceServer
 from mirrorline.kafka.admin import ClusterAdmin
-from mirrorline.kafka.causes import explain
+from mirrorline.kafka.causes import explain, unreachable
 from mirrorline.kafka.clients import admin_kwargs, build, consumer_kwargs, producer_kwargs
 from mirrorline.kafka.health import ClusterProbe
 from mirrorline.runtime import stop_within
@@ -42,7 +42,12 @@ class FlowRunner:
         self.flow = flow
         self._name = f"{flow.name}|checkpointer-{instance}"
         self.checkpointer: FlowCheckpointer | None = None
+        #: The checkpointer being started (its producer may be open already): a stop
+        #: then stops it too, so no client is left unclosed.
+        self._starting: FlowCheckpointer | None = None
         self.source_up = False
+        #: What was last said about the source being unreachable (said once per reason).
+        self._source_said: str | None = None
         self.error: str | None = None
         self._admins: list[ClusterAdmin] = []
         self._task: asyncio.Task[None] | None = None
@@ -71,8 +76,9 @@ class FlowRunner:
             except Exception as exc:
                 delay = backoff.delay(attempt)
                 attempt += 1
-                self.error = (f"target cluster {flow.target!r} unreachable: "
-                              f"{explain(exc, flow.clients.target_admin.get('bootstrap.servers'))}")
+                self.error = unreachable(flow.target, exc,
+                                         flow.clients.target_admin.get("bootstrap.servers"),
+                                         role="target")
                 log.warning("%s: %s; retrying in %.0fs", flow.name, self.error, delay)
                 await asyncio.sleep(delay)
         source = await self._source()
@@ -84,6 +90,7 @@ class FlowRunner:
                                   f"{self._name}|syncs-reader"),
             target_consumer=build(consumer_kwargs, flow.clients.target_consumer,
                                   f"{self._name}|reader"))
+        self._starting = checkpointer
         while True:
             try:
                 await checkpointer.start()
@@ -93,10 +100,12 @@ class FlowRunner:
                 log.warning("%s: %s", flow.name, self.error)
                 await asyncio.sleep(backoff.delay(attempt))
                 attempt += 1
-        self.checkpointer, self.error = checkpointer, None
+        self.checkpointer, self._starting, self.error = checkpointer, None, None
+        checkpointer.source_down = None if self.source_up else self._source_said
         while not self.source_up:  # keep trying the source in the background
             await asyncio.sleep(5.0)
             checkpointer.set_source_admin(await self._source())
+            checkpointer.source_down = None if self.source_up else self._source_said
 
     async def _source(self) -> ClusterAdmin:
         """The source admin; when the source does not answer, an unstarted one (its calls
@@ -105,11 +114,16 @@ class FlowRunner:
             admin = await self._admin(self.flow.source, self.flow.clients.source_admin,
                                       "source-admin", timeout=10)
             self.source_up = True
+            if self._source_said is not None:
+                log.info("%s: source cluster %r reachable again", self.flow.name,
+                         self.flow.source)
             return admin
         except Exception as exc:
             servers = self.flow.clients.source_admin.get("bootstrap.servers")
-            log.warning("%s: source cluster %r unreachable (%s); working from the target "
-                        "alone", self.flow.name, self.flow.source, explain(exc, servers))
+            line = unreachable(self.flow.source, exc, servers, role="source")
+            if line != self._source_said:  # retried every 5 s: said once per reason
+                log.warning("%s: %s; working from the target alone", self.flow.name, line)
+                self._source_said = line
             return ClusterAdmin(self.flow.source, build(
                 admin_kwargs, self.flow.clients.source_admin, f"{self._name}|source-admin"))
 
@@ -122,8 +136,9 @@ class FlowRunner:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-        if self.checkpointer is not None:
-            await stop_within(self.checkpointer.stop(), 1.0, f"stopping {self.flow.name}")
+        current = self.checkpointer or self._starting
+        if current is not None:
+            await stop_within(current.stop(), 1.0, f"stopping {self.flow.name}")
         for admin in self._admins:
             await stop_within(admin.close(), 0.3, "closing an admin client")
 

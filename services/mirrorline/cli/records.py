@@ -7,8 +7,14 @@ import asyncio
 import sys
 from typing import Any
 
+from aiokafka.errors import KafkaConnectionError, KafkaTimeoutError, NodeNotReadyError
+
 from mirrorline.dev.records import consume, produce
-from mirrorline.kafka.causes import quiet_aiokafka
+from mirrorline.kafka.causes import quiet_aiokafka, unreachable
+
+#: What a cluster that does not answer raises: said in one line, not with a traceback.
+_UNREACHABLE = (KafkaConnectionError, KafkaTimeoutError, NodeNotReadyError, TimeoutError,
+                ConnectionError)
 
 
 def register(dev_sub: Any) -> None:
@@ -38,15 +44,23 @@ def _produce(args: argparse.Namespace) -> int:
     # produce right after it created the topic, until the leader has taken over); an
     # error that ends the run is reported whole.
     quiet_aiokafka()
-    sent = asyncio.run(produce(args.bootstrap, args.topic, args.count,
-                               partitions=args.partitions, start=args.start))
+    try:
+        sent = asyncio.run(produce(args.bootstrap, args.topic, args.count,
+                                   partitions=args.partitions, start=args.start))
+    except _UNREACHABLE as exc:
+        print(f"mirrorline: {unreachable(None, exc, args.bootstrap)}", file=sys.stderr)
+        return 1
     print(f"produced {sent} records to {args.topic}")
     return 0
 
 
 def _consume(args: argparse.Namespace) -> int:
     quiet_aiokafka()
-    got = asyncio.run(consume(args.bootstrap, args.topics, args.group, limit=args.limit))
+    try:
+        got = asyncio.run(consume(args.bootstrap, args.topics, args.group, limit=args.limit))
+    except _UNREACHABLE as exc:
+        print(f"mirrorline: {unreachable(None, exc, args.bootstrap)}", file=sys.stderr)
+        return 1
     numbers = sorted(int(v.rsplit("-", 1)[1]) for v in got.values
                      if v.rsplit("-", 1)[-1].isdigit())
     span = f", numbers {numbers[0]}..{numbers[-1]}" if numbers else ""

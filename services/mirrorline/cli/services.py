@@ -243,8 +243,6 @@ def _run(args: argparse.Namespace) -> int:
         print("mirrorline: configuration error: no enabled replication flow "
               "(set '<source>-><target>.enabled = true')", file=sys.stderr)
         return 2
-    from mirrorline.supervisor import ChildSpec, Supervisor
-
     # The services started below read the same file: its warnings were printed above.
     os.environ[VALIDATED_ENV] = os.path.abspath(args.config)
     common = ["--config", args.config, "--bind", args.bind, "--log-level", args.log_level]
@@ -257,9 +255,11 @@ def _run(args: argparse.Namespace) -> int:
     if args.workers < 1:
         print("mirrorline: --workers must be at least 1", file=sys.stderr)
         return 2
-    # A service that cannot bind its port would exit with a traceback and be restarted
-    # over and over; say once, up front, which port is held and by what.
-    from mirrorline.dev.portcheck import holder, is_free
+    # A service that cannot bind its port would fail, and `run` stop everything; say once,
+    # up front, which port is held and by what. The ports are claimed first and held while
+    # `run` lives (see `dev.portcheck.claim`), so of two runs started together only one
+    # gets past this point, however close together they start.
+    from mirrorline.dev.portcheck import PortTaken, claim, holder, is_free
     from mirrorline.ports import check_listenable
     try:  # first the address itself: an address not of this host holds no port
         asyncio.run(check_listenable(args.bind, 0, "gRPC"))
@@ -268,15 +268,29 @@ def _run(args: argparse.Namespace) -> int:
         print(f"mirrorline: cannot listen on {args.bind}: {reason}; check --bind",
               file=sys.stderr)
         return 2
-    taken = [(use, port) for use, port in run_ports(args.workers, args.port_offset,
-                                                    spark=args.spark).items()
-             if not is_free(port, args.bind)]
-    if taken:
-        use, port = taken[0]
-        print(f"mirrorline: port {port} ({use}) on {args.bind} is in use by {holder(port)}; "
+    uses = {port: use for use, port in run_ports(args.workers, args.port_offset,
+                                                 spark=args.spark).items()}
+
+    def in_use(port: int, by: str) -> int:
+        print(f"mirrorline: port {port} ({uses[port]}) on {args.bind} is in use by {by}; "
               "stop it, or move every service's ports with --port-offset N",
               file=sys.stderr)
         return 2
+
+    try:
+        with claim(args.bind, uses):  # held until every service has stopped
+            taken = [port for port in sorted(uses) if not is_free(port, args.bind)]
+            if taken:
+                return in_use(taken[0], holder(taken[0]))
+            return _supervise(args, common, ports)
+    except PortTaken as exc:
+        return in_use(exc.port, exc.holder)
+
+
+def _supervise(args: argparse.Namespace, common: list[str],
+               ports: Callable[..., tuple[str, ...]]) -> int:
+    from mirrorline.supervisor import ChildSpec, Supervisor
+
     children = [ChildSpec("controller", ("controller", *common, *ports("controller"),
                                          "--controller-id", "controller-0",
                                          "--lease-ms", str(args.lease_ms)))]

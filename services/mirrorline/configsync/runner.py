@@ -21,6 +21,7 @@ from mirrorline.core.backoff import Backoff
 from mirrorline.core.drift import DriftPlan
 from mirrorline.core.settings import FlowSettings
 from mirrorline.kafka.admin import ClusterAdmin
+from mirrorline.kafka.causes import unreachable
 from mirrorline.kafka.clients import admin_kwargs, build, consumer_kwargs, producer_kwargs
 
 log = logging.getLogger(__name__)
@@ -97,7 +98,10 @@ class FlowRunner:
                 await records.start()
                 return FlowSync(flow, source=source, target=target, records=records)
             except Exception as exc:
-                self.error = f"cluster {alias!r} unreachable: {exc!r}"
+                clients = (flow.clients.source_admin if alias == flow.source
+                           else flow.clients.target_admin)
+                self.error = unreachable(alias, exc, clients.get("bootstrap.servers"),
+                                         role="source" if alias == flow.source else "target")
                 log.warning("%s: %s; retrying", flow.name, self.error)
                 if self._records is not None:
                     with contextlib.suppress(Exception):

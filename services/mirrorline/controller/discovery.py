@@ -25,7 +25,7 @@ from mirrorline.core.assignment import PartitionKey
 from mirrorline.core.policy import make_policy
 from mirrorline.core.settings import FlowSettings
 from mirrorline.kafka.admin import ClusterAdmin
-from mirrorline.kafka.causes import explain
+from mirrorline.kafka.causes import explain, unreachable
 from mirrorline.kafka.discovery import DiscoveryResult, TopicDiscovery
 
 log = logging.getLogger(__name__)
@@ -132,9 +132,12 @@ class Discoveries:
 
     async def _refresh(self, flow: FlowTopics) -> None:
         settings = flow.settings
+        connecting: str | None = settings.source  # the cluster being connected to, if any
         try:
             source = await self.admin(settings.source)
+            connecting = settings.target
             target = await self.admin(settings.target)
+            connecting = None
             policy = make_policy(settings.policy, settings.naming_source)
             discovery = TopicDiscovery(settings, policy, source=source, target=target)
             flow.result = await discovery.refresh()
@@ -148,8 +151,15 @@ class Discoveries:
             protocols = {self._admin_kwargs.get(a, {}).get("security_protocol")
                          for a in (settings.source, settings.target)}
             tls = "SSL" if protocols & {"SSL", "SASL_SSL"} else None
-            flow.error = (f"topic discovery failed: "
-                          f"{explain(exc, self._servers(settings), protocol=tls)}")
+            if connecting is not None:
+                kwargs = self._admin_kwargs.get(connecting, {})
+                role = "source" if connecting == settings.source else "target"
+                flow.error = "topic discovery failed: " + unreachable(
+                    connecting, exc, kwargs.get("bootstrap_servers"), role=role,
+                    protocol=kwargs.get("security_protocol") or tls)
+            else:
+                flow.error = (f"topic discovery failed: "
+                              f"{explain(exc, self._servers(settings), protocol=tls)}")
             log.warning("%s: %s", settings.name, flow.error)
             for alias in (settings.source, settings.target):
                 admin = self._admins.pop(alias, None)

@@ -45,7 +45,7 @@ from mirrorline.core.flowdefs import Definition, differences, file_definitions
 from mirrorline.core.settings import FlowSettings, MirrorSettings
 from mirrorline.grpcserver import ServiceServer
 from mirrorline.kafka.admin import ClusterAdmin
-from mirrorline.kafka.causes import explain
+from mirrorline.kafka.causes import explain, unreachable
 from mirrorline.kafka.clients import admin_kwargs
 from mirrorline.kafka.health import ClusterProbe
 from mirrorline.runtime import stop_within
@@ -203,8 +203,7 @@ class ControllerService:
                 attempt += 1
                 servers = dict(self.deployment.clusters[self.home].connection).get(
                     "bootstrap.servers")
-                self.connect_error = (f"home cluster {self.home!r} unreachable: "
-                                      f"{explain(exc, servers)}")
+                self.connect_error = unreachable(self.home, exc, servers, role="home")
                 log.warning("%s; retrying in %.0fs", self.connect_error, delay)
                 await asyncio.sleep(delay)
         assert self._control is not None and self._leases is not None

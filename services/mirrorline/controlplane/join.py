@@ -16,7 +16,7 @@ from mirrorline.controlplane.home import control_topics, home_clients, home_clus
 from mirrorline.controlplane.log import ControlLog
 from mirrorline.core.backoff import Backoff
 from mirrorline.core.settings import MirrorSettings
-from mirrorline.kafka.causes import explain
+from mirrorline.kafka.causes import unreachable
 from mirrorline.runtime import stop_within
 
 log = logging.getLogger(__name__)
@@ -39,11 +39,14 @@ async def open_control_log(settings: MirrorSettings, targets: Sequence[str] | No
         control = ControlLog(consumer_kwargs=consumer, topic=control_topics(settings)[0])
         try:
             await control.start()
+        except asyncio.CancelledError:  # stopped while connecting: close what it opened
+            await stop_within(control.stop(), 0.3, "closing the control log reader")
+            raise
         except Exception as exc:
             await stop_within(control.stop(), 1.0, "closing the control log reader")
             delay = backoff.delay(attempt)
             attempt += 1
-            reason = f"home cluster {home!r} unreachable: {explain(exc, servers)}"
+            reason = unreachable(home, exc, servers, role="home")
             report(reason)
             log.warning("%s; retrying in %.0fs", reason, delay)
             await asyncio.sleep(delay)

@@ -22,19 +22,19 @@ async def produce(bootstrap: str, topic: str, count: int, *, partitions: int = 3
                   start: int = 0) -> int:
     """Write `count` numbered records (numbers from `start`); returns how many were acked."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
     try:
+        await admin.start()
         await admin.create_topics([NewTopic(topic, partitions, 1)])
     except TopicAlreadyExistsError:
         pass
     finally:
         await admin.close()
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
-    await producer.start()
     try:
+        await producer.start()
         consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap)
-        await consumer.start()
         try:
+            await consumer.start()
             found = (await partitions_by_topic(consumer, [topic])).get(topic) or {0}
         finally:
             await consumer.stop()
@@ -63,8 +63,8 @@ async def consume(bootstrap: str, topics: list[str], group: str, *, limit: int |
     consumer = AIOKafkaConsumer(*topics, bootstrap_servers=bootstrap, group_id=group,
                                 enable_auto_commit=False, auto_offset_reset="earliest",
                                 session_timeout_ms=10_000, heartbeat_interval_ms=1000)
-    await consumer.start()
-    try:
+    try:  # a start that fails still leaves a client to close
+        await consumer.start()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         values: list[str] = []

@@ -177,14 +177,20 @@ class AuditApp:
         self._events = self.app.topic(topics.events, value_serializer="json", partitions=1)
         self._results = self.app.topic(topics.results, key_serializer="raw",
                                        value_serializer="json", partitions=1)
+        # A changelog is read by the table's recovery, never by a stream, so it must not
+        # count as a topic whose offsets a stream acknowledges (`acks=False`, as faust's
+        # own changelogs): else faust's livelock check finds the table's own writes
+        # "unprocessed" and, from `stream_processing_timeout` (5 min) after start, logs
+        # "Stream has not started processing TP(...-changelog...)" at ERROR every 7 s.
         changelog = self.app.topic(topics.changelog, partitions=1, compacting=True,
                                    deleting=False, key_serializer="json",
-                                   value_serializer="json")
+                                   value_serializer="json", acks=False)
         self.table = self.app.Table("audit", default=None, partitions=1,
                                     changelog_topic=changelog)
         canary_changelog = self.app.topic(topics.canary_changelog, partitions=1,
                                           compacting=True, deleting=False,
-                                          key_serializer="json", value_serializer="json")
+                                          key_serializer="json", value_serializer="json",
+                                          acks=False)
         self.canary_table = self.app.Table("canary", default=None, partitions=1,
                                            changelog_topic=canary_changelog)
         self.app.agent(self._events, name=f"audit-{target}")(self._fold)

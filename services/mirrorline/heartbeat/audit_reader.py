@@ -30,6 +30,7 @@ from mirrorline.core.policy import make_policy
 from mirrorline.core.settings import FlowSettings
 from mirrorline.heartbeat.audit_app import AuditApp, cadence_s
 from mirrorline.heartbeat.retrying import Retrying
+from mirrorline.kafka.causes import unreachable
 from mirrorline.kafka.metadata import partitions_by_topic
 
 log = logging.getLogger(__name__)
@@ -73,7 +74,8 @@ class AuditReader(Retrying):
             self.flow.source, topic)
 
     def _describe(self, exc: Exception) -> tuple[str, str]:
-        reason = f"{self.side} cluster {self.cluster!r} unreachable: {exc!r}"
+        reason = unreachable(self.cluster, exc, self._kwargs.get("bootstrap_servers"),
+                             role=self.side, protocol=self._kwargs.get("security_protocol"))
         return reason, f"audit {self.flow.name}: {reason}"
 
     async def _session(self) -> None:

@@ -34,6 +34,7 @@ from mirrorline.core.errors import WireFormatError
 from mirrorline.heartbeat.audit_app import AuditApp
 from mirrorline.heartbeat.retrying import Retrying
 from mirrorline.kafka.admin import ClusterAdmin, TopicSpec, UnsupportedByBroker
+from mirrorline.kafka.causes import unreachable
 from mirrorline.kafka.metadata import partitions_by_topic
 
 log = logging.getLogger(__name__)
@@ -89,7 +90,9 @@ class CanarySender(Retrying):
             await admin.close()
 
     def _describe(self, exc: Exception) -> tuple[str, str]:
-        reason = f"source cluster {self.alias!r} unreachable for the canary: {exc!r}"
+        reason = unreachable(self.alias, exc, self._producer_kwargs.get("bootstrap_servers"),
+                             role="source", purpose="for the canary",
+                             protocol=self._producer_kwargs.get("security_protocol"))
         return reason, reason
 
     async def _session(self) -> None:
@@ -158,7 +161,8 @@ class CanaryReader(Retrying):
         self._reported: set[tuple[int, int]] = set()
 
     def _describe(self, exc: Exception) -> tuple[str, str]:
-        reason = f"target cluster {self.target!r} unreachable: {exc!r}"
+        reason = unreachable(self.target, exc, self._kwargs.get("bootstrap_servers"),
+                             role="target", protocol=self._kwargs.get("security_protocol"))
         return reason, f"canary {self.flow_name}: {reason}"
 
     def _set_error(self, error: str | None) -> None:

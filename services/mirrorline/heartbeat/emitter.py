@@ -23,6 +23,7 @@ from mirrorline.core.settings import FlowSettings
 from mirrorline.core.wire import Heartbeat
 from mirrorline.heartbeat.retrying import Retrying
 from mirrorline.kafka.admin import ClusterAdmin, TopicSpec
+from mirrorline.kafka.causes import unreachable
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +43,9 @@ class HeartbeatEmitter(Retrying):
         self.sent = 0
 
     def _describe(self, exc: Exception) -> tuple[str, str]:
-        reason = f"cluster {self.alias!r} unreachable for heartbeats: {exc!r}"
+        reason = unreachable(self.alias, exc, self._producer_kwargs.get("bootstrap_servers"),
+                             purpose="for heartbeats",
+                             protocol=self._producer_kwargs.get("security_protocol"))
         return reason, reason
 
     async def _session(self) -> None:

@@ -38,6 +38,7 @@ from mirrorline.heartbeat.flowprobe import FlowProbe
 from mirrorline.heartbeat.metrics import register_metrics
 from mirrorline.heartbeat.topology import TopologyWatcher
 from mirrorline.heartbeat.verdicts import VerdictStore
+from mirrorline.kafka.causes import unreachable
 from mirrorline.kafka.reader import read_topic
 from mirrorline.runtime import cancel_and_wait
 from mirrorline.v1 import admin_pb2, admin_pb2_grpc, heartbeat_pb2, heartbeat_pb2_grpc
@@ -233,7 +234,10 @@ class HeartbeatService(FlowService[FlowProbe]):
             except Exception as exc:
                 if self._stopping:  # a cancellation some client turned into an error
                     return
-                reason = f"target cluster {target!r} unreachable for the audit: {exc!r}"
+                reason = unreachable(
+                    target, exc,
+                    dict(self.settings.clusters[target].connection).get("bootstrap.servers"),
+                    role="target", purpose="for the audit")
                 self.state_errors[target] = reason
                 if reason != said:
                     self._log.warning("%s; retrying", reason)

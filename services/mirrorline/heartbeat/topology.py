@@ -19,6 +19,7 @@ from typing import Any
 from mirrorline.core.policy import ReplicationPolicy
 from mirrorline.core.topology import HeartbeatPath, heartbeat_paths, heartbeat_topics
 from mirrorline.heartbeat.retrying import Retrying
+from mirrorline.kafka.causes import unreachable
 from mirrorline.kafka.heartbeats import NewestHeartbeats
 
 log = logging.getLogger(__name__)
@@ -62,7 +63,9 @@ class TopologyWatcher(Retrying):
         return ClusterView(self.alias, self.error is None, self.error or "", tuple(paths))
 
     def _describe(self, exc: Exception) -> tuple[str, str]:
-        return repr(exc), f"topology: cluster {self.alias!r} unreachable: {exc!r}"
+        line = unreachable(self.alias, exc, self._kwargs.get("bootstrap_servers"),
+                           protocol=self._kwargs.get("security_protocol"))
+        return line.partition(" unreachable: ")[2], f"topology: {line}"
 
     async def _session(self) -> None:
         reader = NewestHeartbeats(self.alias, self._kwargs)

@@ -98,11 +98,40 @@ def explain(exc: BaseException, servers: str | Iterable[str] | None = None, *,
     return f"{kind}: {text}" if kind is not None and not text.startswith(kind) else text
 
 
-def _latest_cause(servers: str | Iterable[str] | None, since: float | None) -> str | None:
+def unreachable(alias: str | None, exc: BaseException,
+                servers: str | Iterable[str] | None, *, role: str = "", purpose: str = "",
+                protocol: str | None = None, since: float | None = None) -> str:
+    """The one line every service and command gives for a cluster it cannot reach:
+
+        [ROLE ]cluster 'ALIAS' unreachable[ PURPOSE]: KIND: DETAIL
+
+    e.g. `source cluster 'a' unreachable for the canary: connection refused: Unable
+    connect to 127.0.0.1:9092: [Errno 111] ...` -- who, what for, the kind of failure
+    (`explain`) and the address. When the detail names none of `servers`, they follow it
+    in parentheses; without an alias (a command given only an address) the cluster is
+    `cluster at ADDRESS`. Callers add `; retrying in Ns` or what they do instead.
+    """
+    names = _names(servers)
+    detail = explain(exc, servers, protocol=protocol, since=since)
+    if alias:
+        who = f"cluster {alias!r}"
+        if names and not any(name in detail for name in names):
+            detail += f" (bootstrap servers {', '.join(names)})"
+    else:
+        who = f"cluster at {', '.join(names) or 'an unknown address'}"
+    return (f"{role + ' ' if role else ''}{who} unreachable{' ' + purpose if purpose else ''}"
+            f": {detail}")
+
+
+def _names(servers: str | Iterable[str] | None) -> list[str]:
     if servers is None:
-        return None
-    names = [s.strip() for s in (servers.split(",") if isinstance(servers, str) else servers)
-             if s.strip()]
+        return []
+    return [s.strip() for s in (servers.split(",") if isinstance(servers, str) else servers)
+            if s.strip()]
+
+
+def _latest_cause(servers: str | Iterable[str] | None, since: float | None) -> str | None:
+    names = _names(servers)
     if not names:
         return None
     now = time.monotonic()

@@ -16,7 +16,7 @@ from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient
 
-from mirrorline.kafka.causes import explain
+from mirrorline.kafka.causes import unreachable
 
 log = logging.getLogger(__name__)
 
@@ -54,9 +54,9 @@ class ClusterProbe:
             await asyncio.wait_for(self._client.describe_cluster(), self._timeout)
         except Exception as exc:
             await self._close_client()
-            detail = explain(exc, self._kwargs.get("bootstrap_servers"),
-                             protocol=self._kwargs.get("security_protocol"), since=began)
-            self._set(False, f"cluster {self.alias!r} unreachable: {detail}")
+            self._set(False, unreachable(self.alias, exc, self._kwargs.get("bootstrap_servers"),
+                                         protocol=self._kwargs.get("security_protocol"),
+                                         since=began))
             return False
         self._set(True, None)
         return True

@@ -22,7 +22,7 @@ from mirrorline.core.backoff import Backoff
 from mirrorline.core.errors import ConfigError
 from mirrorline.core.settings import MirrorSettings
 from mirrorline.grpcserver import ServiceServer
-from mirrorline.kafka.causes import explain
+from mirrorline.kafka.causes import unreachable
 from mirrorline.kafka.clients import admin_kwargs
 from mirrorline.kafka.health import ClusterProbe
 from mirrorline.replicator.exactly_once import TargetUnreachable, check_exactly_once
@@ -121,12 +121,15 @@ class ReplicatorService:
             try:
                 await control.start()
                 break
+            except asyncio.CancelledError:  # stopped while connecting: close what it opened
+                await stop_within(control.stop(), 0.3, "closing the control log reader")
+                raise
             except Exception as exc:
                 await stop_within(control.stop(), 1.0, "closing the control log reader")
                 delay = backoff.delay(attempt)
                 attempt += 1
-                log.warning("home cluster %r unreachable: %s; retrying in %.0fs", home,
-                            explain(exc, servers), delay)
+                log.warning("%s; retrying in %.0fs",
+                            unreachable(home, exc, servers, role="home"), delay)
                 await asyncio.sleep(delay)
         self._control = control
         assert self.telemetry is not None
