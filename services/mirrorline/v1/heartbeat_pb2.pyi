@@ -344,9 +344,9 @@ class AuditWindow(_message.Message):
     window_start_ms: _builtins.int
     window_end_ms: _builtins.int
     verdict: _builtins.str
-    """OK, MISSING, DUPLICATED, CORRUPTED, UNVERIFIABLE"""
+    """OK, LATE, MISSING, DUPLICATED, CORRUPTED, UNVERIFIABLE"""
     count: _builtins.int
-    """records missing or duplicated"""
+    """records late, missing or duplicated"""
     source_count: _builtins.int
     target_count: _builtins.int
     reason: _builtins.str
