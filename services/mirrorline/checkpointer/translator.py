@@ -15,6 +15,8 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from aiokafka.errors import KafkaConnectionError
+
 from mirrorline.core.bad_records import BadRecords
 from mirrorline.core.offset_map import OffsetMap
 from mirrorline.core.offset_sync_store import OffsetSyncStore
@@ -23,6 +25,7 @@ from mirrorline.core.settings import FlowSettings
 from mirrorline.core.topics import offset_map_topic
 from mirrorline.core.translation import Translation, translate, why_not
 from mirrorline.core.wire import valid_sync
+from mirrorline.kafka.causes import unreachable
 from mirrorline.kafka.reader import TopicReader
 from mirrorline.kafka.records import Record
 from mirrorline.v1 import offset_map_pb2
@@ -40,6 +43,7 @@ class FlowTranslator:
         self.syncs_topic = policy.offset_syncs_topic(flow.naming_target if at_source
                                                  else flow.naming_source)
         self._syncs_kwargs = source_consumer if at_source else target_consumer
+        self._syncs_cluster = flow.source if at_source else flow.target
         self.map_topic = offset_map_topic(flow.source)
         self._map_kwargs = target_consumer
         self.syncs = OffsetSyncStore()
@@ -55,11 +59,13 @@ class FlowTranslator:
         # per partition from the initial read, so no checkpoint can go backwards.
         self._must_read_to_end = not checkpoints_loaded
         self._tasks = [
-            asyncio.create_task(self._follow(self.syncs_topic, self._syncs_kwargs,
-                                             self._on_sync, self._syncs_loaded),
+            asyncio.create_task(self._follow(self.syncs_topic, self._syncs_cluster,
+                                             self._syncs_kwargs, self._on_sync,
+                                             self._syncs_loaded),
                                 name=f"{self.flow.name} offset syncs"),
-            asyncio.create_task(self._follow(self.map_topic, self._map_kwargs,
-                                             self._on_map, self.map_ready.set),
+            asyncio.create_task(self._follow(self.map_topic, self.flow.target,
+                                             self._map_kwargs, self._on_map,
+                                             self.map_ready.set),
                                 name=f"{self.flow.name} offset map"),
         ]
 
@@ -109,8 +115,8 @@ class FlowTranslator:
 
         self.bad_records.decode(record.topic, record.partition, record.offset, fold)
 
-    async def _follow(self, topic: str, kwargs: Mapping[str, Any], apply: Any,
-                      loaded: Any) -> None:
+    async def _follow(self, topic: str, cluster: str, kwargs: Mapping[str, Any],
+                      apply: Any, loaded: Any) -> None:
         """Read `topic` to its end (then `loaded()`), then keep tailing; retry while it is
         missing or its cluster is unreachable."""
         first = True
@@ -151,8 +157,11 @@ class FlowTranslator:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # missing topic, unreachable cluster
-                log.info("%s: reading %s: %r; retrying in %.0fs", self.flow.name, topic, exc,
-                         RETRY_S)
+                why = (unreachable(cluster, exc, kwargs.get("bootstrap_servers"))
+                       if isinstance(exc, KafkaConnectionError | OSError | TimeoutError)
+                       else f"{type(exc).__name__}: {exc}")
+                log.info("%s: reading %s: %s; retrying in %.0fs", self.flow.name, topic,
+                         why, RETRY_S)
             finally:
                 with contextlib.suppress(Exception):
                     await reader.stop()
