@@ -197,8 +197,11 @@ def sync_rule(syncs: list[OffsetSync], topic: str, partition: int, upstream: int
     return newest.downstream_offset + (0 if newest.upstream_offset == upstream else 1)
 
 
-async def progress(backup: Any, source: str) -> dict[tuple[str, int], int]:
-    """Next offset to copy per source partition, from `mm2-offsets.<source>.internal`."""
+async def progress(backup: Any, source: str, topic: str | None = None
+                   ) -> dict[tuple[str, int], int]:
+    """Next offset to copy per source partition, from `mm2-offsets.<source>.internal`
+    (of `topic` only, when given: MM2 and Mirrorline also copy a shared source's
+    `heartbeats` topic)."""
     records = await consume_all(backup.bootstrap, f"mm2-offsets.{source}.internal")
     found: dict[tuple[str, int], int] = {}
     for rs in records.values():
@@ -217,7 +220,7 @@ async def progress(backup: Any, source: str) -> dict[tuple[str, int], int]:
                     found.pop((where["topic"], where["partition"]), None)
                 else:
                     found[(where["topic"], where["partition"])] = offset + 1
-    return found
+    return {k: v for k, v in found.items() if topic is None or k[0] == topic}
 
 
 async def values_by_partition(bootstrap: str, topic: str, expected: int

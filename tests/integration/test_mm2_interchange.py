@@ -58,10 +58,13 @@ def mirrored_count(count_per_partition: int) -> int:
     return PARTITIONS * (count_per_partition - TRIMMED)
 
 
-async def flow_partitions(d: Any, flow: str) -> list[flows_pb2.PartitionStatus]:
+async def flow_partitions(d: Any, flow: str, topic: str) -> list[flows_pb2.PartitionStatus]:
+    """The status of `topic`'s partitions (the source cluster is shared with other tests,
+    whose `heartbeats` topic both mirrors copy as well)."""
     report = await d.admin(await d.leader()).GetStatus(
         admin_pb2.GetStatusRequest(flow=flow), timeout=10)
-    return sorted(report.partitions, key=lambda p: p.partition)
+    return sorted((p for p in report.partitions if p.source_topic == topic),
+                  key=lambda p: p.partition)
 
 
 @pytest.mark.parametrize("stop", ["sigterm", "sigkill"])
@@ -101,7 +104,7 @@ async def test_from_mm2_to_mirrorline(primary: Any, backup: Any, unique: str, tm
     # Mirrorline's client reads MM2's checkpoints as MM2's RemoteClusterUtils would.
     assert await translate_offsets({"bootstrap.servers": backup.bootstrap}, a, group) == {
         key: (c.downstream_offset, "") for key, c in mm2_checkpoints.items()}
-    mm2_progress = await progress(backup, a)
+    mm2_progress = await progress(backup, a, topic)
     if stop == "sigterm":  # a clean stop commits where MM2 stood
         assert mm2_progress == {(topic, 0): 150, (topic, 1): 150}
     else:  # killed before its first offset flush: MM2 recorded no progress
@@ -115,13 +118,13 @@ async def test_from_mm2_to_mirrorline(primary: Any, backup: Any, unique: str, tm
         await d.checkpointer("k1")
 
         async def resumed() -> bool:
-            parts = await flow_partitions(d, flow)
+            parts = await flow_partitions(d, flow, topic)
             return len(parts) == PARTITIONS and all(
                 p.state == flows_pb2.PARTITION_STATE_RUNNING and p.next_offset == 150
                 for p in parts)
         await wait_for(resumed, 90, "the flow never resumed where MM2 stood", interval=0.5)
         # Resumed where MM2 stood: nothing copied on the way there.
-        assert [p.records_replicated for p in await flow_partitions(d, flow)] == [0, 0]
+        assert [p.records_replicated for p in await flow_partitions(d, flow, topic)] == [0, 0]
 
         await produce(primary.bootstrap, topic, numbered(topic, 50, 150))
         assert await values_by_partition(backup.bootstrap, remote, mirrored_count(200)) == \
@@ -129,7 +132,7 @@ async def test_from_mm2_to_mirrorline(primary: Any, backup: Any, unique: str, tm
 
         async def caught_up() -> bool:
             return [(p.next_offset, p.records_replicated)
-                    for p in await flow_partitions(d, flow)] == [(200, 50), (200, 50)]
+                    for p in await flow_partitions(d, flow, topic)] == [(200, 50), (200, 50)]
         await wait_for(caught_up, 30, "status does not show the 50 new records per partition",
                        interval=0.5)
 
@@ -185,7 +188,7 @@ async def test_from_mirrorline_back_to_mm2(primary: Any, backup: Any, unique: st
                                       downstream={(remote, 0): 50, (remote, 1): 80})
 
         async def recorded() -> bool:
-            return await progress(backup, a) == {(topic, 0): 100, (topic, 1): 100}
+            return await progress(backup, a, topic) == {(topic, 0): 100, (topic, 1): 100}
         await wait_for(recorded, 30, "Mirrorline's progress never reached the end",
                        interval=0.5)
         if stop == "sigkill":
@@ -207,7 +210,7 @@ async def test_from_mirrorline_back_to_mm2(primary: Any, backup: Any, unique: st
     for p, rows in before.items():
         assert [(r.offset, r.value) for r in after[p][:len(rows)]] == rows
     assert {p: [r.value for r in rs] for p, rs in after.items()} == expected_values(topic, 150)
-    assert await progress(backup, a) == {(topic, 0): 150, (topic, 1): 150}
+    assert await progress(backup, a, topic) == {(topic, 0): 150, (topic, 1): 150}
     found = await checkpoints(backup, a)
     assert_monotonic(found)
     for key, c in ours.items():

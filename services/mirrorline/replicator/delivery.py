@@ -29,8 +29,8 @@ log = logging.getLogger(__name__)
 Fetch = Callable[[int], Awaitable[None]]
 #: Called for every acknowledged batch (progress, offset syncs, metrics).
 OnAck = Callable[[PartitionPump, Delivered], None]
-#: Called for every batch that failed (the pump may need its target checked).
-OnFailed = Callable[[PartitionPump], None]
+#: Called for every batch that failed, with why (the pump may need its target checked).
+OnFailed = Callable[[PartitionPump, BaseException], None]
 
 
 async def _send(producer: AIOKafkaProducer, batch: Any, pump: PartitionPump) -> Any:
@@ -130,7 +130,7 @@ class DeliveryLoop:
             if exc is not None:
                 pump.failed(exc, now)
                 if self._on_failed is not None:
-                    self._on_failed(pump)
+                    self._on_failed(pump, exc)
             else:
                 self._on_ack(pump, pump.acknowledged(future.result().offset))
 

@@ -21,6 +21,7 @@ import logging
 from collections.abc import Collection, Mapping
 
 from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka.errors import InvalidProducerEpoch, OutOfOrderSequenceNumber, UnknownProducerId
 from opentelemetry.trace import Tracer
 
 from mirrorline.core.backoff import Backoff
@@ -51,6 +52,10 @@ from mirrorline.telemetry.replication import PartitionMetrics, ReplicationMetric
 from mirrorline.v1 import flows_pb2
 
 log = logging.getLogger(__name__)
+
+#: Refusals meaning the broker no longer agrees with the producer's sequence numbers: only
+#: a new producer (id) recovers.
+PRODUCER_STATE_LOST = (OutOfOrderSequenceNumber, UnknownProducerId, InvalidProducerEpoch)
 
 #: A partition let go with a batch in flight says why it waits, this often.
 RELEASE_WAIT_S = 10.0
@@ -93,6 +98,8 @@ class FlowReplicator:
         self._vanished: set[str] = vanished if vanished is not None else set()
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
+        #: A producer reset after a refused sequence is under way (one at a time).
+        self._resetting = False
         self._lock = asyncio.Lock()
         self.paused = False
         self.ready = asyncio.Event()
@@ -151,7 +158,7 @@ class FlowReplicator:
         else:
             self._delivery = DeliveryLoop(self._producer, self._pumps, fetch=traffic.fetch,
                                           on_ack=traffic.on_ack,
-                                          on_failed=lambda _pump: checker.wake.set(),
+                                          on_failed=functools.partial(self._send_failed, checker),
                                           poll_timeout_ms=self.flow.consumer_poll_timeout_ms)
         self._tasks.append(asyncio.create_task(self._delivery.run(), name=f"{self.name} copy"))
         self._tasks.append(asyncio.create_task(checker.run(), name=f"{self.name} check"))
@@ -202,6 +209,27 @@ class FlowReplicator:
             if not self._stopping:
                 self._tasks.append(asyncio.create_task(self._reopen_producer(),
                                                        name=f"{self.name} reopen producer"))
+
+    def _send_failed(self, checker: TargetChecker, _pump: PartitionPump,
+                     exc: BaseException) -> None:
+        """A batch failed: its partition checks the target before sending again. An
+        idempotent producer whose batch expired keeps counting sequence numbers the broker
+        never saw, so every later batch of that partition is refused as out of order:
+        such a producer is replaced (a new producer id starts its sequences afresh)."""
+        checker.wake.set()
+        if (isinstance(exc, PRODUCER_STATE_LOST) and self._txn_books is None
+                and self._producer is not None and not self._stopping
+                and not self._resetting):
+            self._resetting = True
+            self._tasks.append(asyncio.create_task(
+                self._reset_producer(type(exc).__name__), name=f"{self.name} reset producer"))
+
+    async def _reset_producer(self, cause: str) -> None:
+        try:
+            await self.abort_sends(f"the target refused this producer's sequence ({cause}): "
+                                   "a new producer takes over")
+        finally:
+            self._resetting = False
 
     async def _reopen_producer(self) -> None:
         if self._clients is not None and self._delivery is not None:
