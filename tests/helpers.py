@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -319,3 +320,12 @@ def assert_monotonic(checkpoints: list[Any]) -> None:
             assert c.upstream_offset >= before.upstream_offset, (before, c)
             assert c.downstream_offset >= before.downstream_offset, (before, c)
         last[key] = c
+
+
+def metric(text: str, name: str, **labels: str) -> float | None:
+    """The value of the sample of `name` whose labels include `labels`, from /metrics."""
+    for line in text.splitlines():
+        found = re.fullmatch(rf"{name}\{{(.*)\}} (\S+)", line)
+        if found and all(f'{k}="{v}"' in found.group(1) for k, v in labels.items()):
+            return float(found.group(2))
+    return None

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import re
 import secrets
 import signal
 import time
@@ -11,7 +10,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from helpers import Record, consume_all, create_topic, produce, steady, wait_for
+from helpers import Record, consume_all, create_topic, metric, produce, steady, wait_for
 from procs import Deployment, deployment, deployment_config
 
 from mirrorline.controlplane.home import control_topics
@@ -82,14 +81,6 @@ async def lag_shown(d: Deployment, source: str, topic: str, behind: int,
             assert age <= scraped_ms - oldest_sent_ms
     return True
 
-
-def metric(text: str, name: str, **labels: str) -> float | None:
-    """The value of the sample of `name` whose labels include `labels`, from /metrics."""
-    for line in text.splitlines():
-        found = re.fullmatch(rf"{name}\{{(.*)\}} (\S+)", line)
-        if found and all(f'{k}="{v}"' in found.group(1) for k, v in labels.items()):
-            return float(found.group(2))
-    return None
 
 
 async def test_a_flow_created_through_the_api_replicates_and_pause_resume_loses_nothing(

@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import re
 import signal
 import subprocess
 import sys
@@ -36,6 +35,7 @@ from helpers import (
     Record,
     consume_all,
     create_topic,
+    metric,
     produce,
     start_cluster,
     stop_cluster,
@@ -100,14 +100,6 @@ class Chain:
             heartbeat_pb2.AuditRequest(flow=flow, topic=topic), timeout=10)
         return report
 
-
-def metric(text: str, name: str, **labels: str) -> float | None:
-    """The value of the sample of `name` whose labels include `labels`, from /metrics."""
-    for line in text.splitlines():
-        found = re.fullmatch(rf"{name}\{{(.*)\}} (\S+)", line)
-        if found and all(f'{k}="{v}"' in found.group(1) for k, v in labels.items()):
-            return float(found.group(2))
-    return None
 
 
 async def assert_clean_sigterm(proc: ServiceProcess) -> None:
