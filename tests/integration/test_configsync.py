@@ -275,6 +275,10 @@ async def test_with_identity_policy_only_topics_seen_replicated_count_as_vanishe
             drift = topic_of(await plan_of(proc, flow), kept)
             return drift is not None and "no longer exists" in drift.problem
         await wait_for(reported, 30, "the vanished source topic was not reported")
+        # Still reported after later rounds: a round does not forget what it reported.
+        after = await rounds()
+        await wait_for(lambda: _at_least(rounds, after + 2), 30, "the rounds stopped")
+        assert await reported(), "the vanished topic was forgotten by a later round"
         assert topic_of(await plan_of(proc, flow), local) is None
         assert kept in await _topics(backup)  # left alone
     finally:

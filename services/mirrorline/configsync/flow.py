@@ -186,7 +186,9 @@ class FlowSync:
                             self._config_filter)
                 for t, r in vanished.items() if only is None or t == only]
         if only is None:
-            self._seen = {t: remote[t] for t in present}
+            # A vanished topic stays known while its copy exists, so every later round
+            # (and every later plan) reports it, not only the first one after it went.
+            self._seen = {t: remote[t] for t in present} | vanished
         elif only not in selected and only not in vanished:
             out.append(TopicDrift(only, self.policy.format_remote_topic(flow.naming_source,
                                                                         only),
