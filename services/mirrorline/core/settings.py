@@ -39,7 +39,7 @@ class ClusterSettings:
 
 @dataclass(frozen=True)
 class ClientSettings:
-    """Client configs (Java names) for one flow, resolved with the precedence of spec §7.3."""
+    """Client configs (Java names) for one flow, resolved as MirrorMakerConfig layers them."""
 
     source_consumer: Mapping[str, str]
     source_producer: Mapping[str, str]
