@@ -13,6 +13,7 @@ from mirrorline.core.roles import METHOD_ROLES, Role
 
 ROOT = Path(__file__).parents[2]
 DOCS = sorted([ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "ARCHITECTURE.md",
+               ROOT / "spark" / "README.md",
                *(ROOT / "docs").glob("*.md")])
 
 #: Pages linked from these docs that other branches of the same change write; checked like
