@@ -84,10 +84,14 @@ def shell_env(tmp_path: Path, offset: int) -> dict[str, str]:
 
 
 def test_the_readme_has_the_commands_a_newcomer_needs() -> None:
-    commands = "\n".join(shell_blocks((ROOT / "README.md").read_text()))
+    text = (ROOT / "README.md").read_text()
+    commands = "\n".join(shell_blocks(text))
     for needed in ("make install", "source .venv/bin/activate", "make demo", "make test",
                    "mirrorline run --config", "mirrorline admin status"):
         assert needed in commands, f"the README shows no `{needed}` to run"
+    # The configuration the commands write is the one the README shows.
+    [shown] = re.findall(r"^```properties\n(.*?)^```", text, flags=re.S | re.M)
+    assert f"<<'EOF'\n{shown}EOF\n" in commands
 
 
 async def test_every_command_in_the_readme_runs_as_written(tmp_path: Path) -> None:
