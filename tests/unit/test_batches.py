@@ -137,6 +137,11 @@ def test_rewrite_changes_the_header_only_and_kafkas_crc_holds(name: str, index: 
         with pytest.raises(BatchError, match=f"offset {header.base_offset} is a control batch"):
             rewrite(batch)
         return
+    if not header.contiguous:
+        with pytest.raises(BatchError, match=f"offset {header.base_offset} holds "
+                           f"{header.record_count} records over .* a broker refuses it"):
+            rewrite(batch)
+        return
     stamps: list[dict[str, Any]] = [
         {},
         {"producer_id": 4242, "producer_epoch": 3, "base_sequence": 2**31 - 2},
@@ -283,27 +288,28 @@ _records = st.lists(
 
 
 @settings(max_examples=100, deadline=None)
-@given(batches=st.lists(st.tuples(st.sampled_from(sorted(READABLE)), _records, st.booleans()),
+@given(batches=st.lists(st.tuples(st.sampled_from(sorted(READABLE)), _records, st.booleans(),
+                                  st.booleans()),
                         min_size=1, max_size=4),
        producer=st.tuples(st.integers(0, 2**63 - 1), st.integers(0, 2**15 - 1),
                           st.integers(0, 2**31 - 1)),
        cut=st.integers(0, 200))
 def test_aiokafka_batches_split_read_and_rewrite(
-        batches: list[tuple[int, list[tuple[Any, ...]], bool]],
+        batches: list[tuple[int, list[tuple[Any, ...]], bool, bool]],
         producer: tuple[int, int, int], cut: int) -> None:
     """Batches aiokafka builds -- gaps, negative timestamp deltas, null keys and values,
     headers -- split from one fetch, cut short anywhere in the last one, keep their records
     and offsets through a rewrite, and their CRC."""
     fetched = b""
     made = []
-    for codec, records, transactional in batches:
+    for codec, records, transactional, gapped in batches:
         builder = DefaultRecordBatchBuilder(
             magic=2, compression_type=codec, is_transactional=transactional,
             producer_id=11 if transactional else -1, producer_epoch=0 if transactional else -1,
             base_sequence=0 if transactional else -1, batch_size=1 << 20)
         offset = -1
         for gap, ts, key, value, headers in records:
-            offset += 1 + gap
+            offset += 1 + (gap if gapped else 0)
             builder.append(offset, timestamp=10**12 + ts, key=key, value=value,
                            headers=headers)
         data = bytes(builder.build())
@@ -325,6 +331,10 @@ def test_aiokafka_batches_split_read_and_rewrite(
             assert record_offsets(batch) is None
         else:
             assert record_offsets(batch) == offsets
+        if not batch.header.contiguous:
+            with pytest.raises(BatchError, match="compaction gaps"):
+                rewrite(batch)
+            continue
         out = bytes(rewrite(batch, producer_id=pid, producer_epoch=epoch, base_sequence=seq,
                             transactional=not batch.header.is_transactional))
         assert DefaultRecordBatch(out).validate_crc()

@@ -347,6 +347,9 @@ def rewrite(batch: Batch, *, producer_id: int = -1, producer_epoch: int = -1,
             base_offset: int = 0) -> bytearray:
     """`batch` as a producer sends it to the target: only the header changes.
 
+    Refuses what no broker accepts from a producer: control batches, and batches whose
+    record count and offset range disagree (compaction gaps, or emptied).
+
     Base offset `base_offset` (0 for a produce request), partition leader epoch -1, the
     target producer's id, epoch and base sequence (-1 each for a plain producer) and its
     transactional bit; the CRC is recomputed. The records section is copied byte for byte.
@@ -355,6 +358,10 @@ def rewrite(batch: Batch, *, producer_id: int = -1, producer_epoch: int = -1,
     where = f"record batch at offset {header.base_offset}"
     if header.is_control:
         raise BatchError(f"{where} is a control batch: a producer cannot send it")
+    if not header.contiguous:
+        raise BatchError(
+            f"{where} holds {header.record_count} records over {header.last_offset_delta + 1} "
+            "offsets (compaction gaps): a broker refuses it from a producer")
     if transactional and producer_id < 0:
         raise BatchError(f"{where}: a transactional batch needs a producer id")
     if producer_id >= 0 and (producer_epoch < 0 or base_sequence < 0):
