@@ -7,6 +7,10 @@ routes them and rewrites their headers for an idempotent target producer, and
 snappy: aiokafka has no library for those here) and by aiokafka (uncompressed); every record
 is then read back from both sides by librdkafka, which decompresses them all, and compared.
 The target's batches are fetched raw too: same codec, same records section, byte for byte.
+
+Apache Kafka only, for now: the embedded Tansu broker answers an idempotent InitProducerId
+with error -1 (UNKNOWN_SERVER_ERROR) and accepts a batch with compaction gaps that Kafka
+refuses; what the batch path does on Tansu is still to settle.
 """
 
 from __future__ import annotations
