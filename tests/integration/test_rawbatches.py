@@ -7,6 +7,7 @@ routes them and rewrites their headers for an idempotent target producer, and
 snappy: aiokafka has no library for those here) and by aiokafka (uncompressed); every record
 is then read back from both sides by librdkafka, which decompresses them all, and compared.
 The target's batches are fetched raw too: same codec, same records section, byte for byte.
+A transactional topic read under read_committed loses exactly its aborted batches and markers.
 
 Apache Kafka only, for now: the embedded Tansu broker answers an idempotent InitProducerId
 with error -1 (UNKNOWN_SERVER_ERROR) and accepts a batch with compaction gaps that Kafka
@@ -23,9 +24,18 @@ import pytest
 from aiokafka import AIOKafkaClient, TopicPartition
 from helpers import Record, create_topic, produce
 
-from mirrorline.core.batches import Path, next_sequence, parse_header, rewrite, route, split
+from mirrorline.core.batches import (
+    AbortedTransactions,
+    Path,
+    Reason,
+    next_sequence,
+    parse_header,
+    rewrite,
+    route,
+    split,
+)
 from mirrorline.dev.brokers import LocalBroker
-from mirrorline.kafka.rawbatches import RawBatchError, RawBatches
+from mirrorline.kafka.rawbatches import READ_COMMITTED, RawBatchError, RawBatches
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka_only]
 
@@ -168,3 +178,67 @@ async def test_a_batch_with_compaction_gaps_is_refused_as_it_is(
     plain = split(bytes.fromhex(next(c for c in fixtures["cases"]
                                      if c["name"] == "plain-none")["bytes"])).batches[0]
     assert await target.produce(tp, rewrite(plain)) == 0
+
+
+def _write_transactions(bootstrap: str, topic: str, transactional_id: str) -> list[bytes]:
+    """Three transactions, the middle one aborted, and plain records between; the values
+    a read_committed reader sees, in order."""
+    from confluent_kafka import Producer
+
+    txn = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id,
+                    "compression.type": "lz4"})
+    plain = Producer({"bootstrap.servers": bootstrap})
+    txn.init_transactions(30)
+    committed: list[bytes] = []
+    for round_, outcome in enumerate(("commit", "abort", "commit")):
+        txn.begin_transaction()
+        for i in range(5):
+            value = b"txn-%d-%d" % (round_, i)
+            txn.produce(topic, value=value, key=b"k%d" % i, partition=0)
+            if outcome == "commit":
+                committed.append(value)
+        assert txn.flush(30) == 0
+        (txn.commit_transaction if outcome == "commit" else txn.abort_transaction)(30)
+        plain.produce(topic, value=b"plain-%d" % round_, partition=0)
+        assert plain.flush(30) == 0
+        committed.append(b"plain-%d" % round_)
+    return committed
+
+
+async def test_read_committed_leaves_out_aborted_batches_and_markers(
+        primary: LocalBroker, backup: LocalBroker, unique: str,
+        raw: tuple[RawBatches, RawBatches]) -> None:
+    """A fetch under read_committed still carries the aborted transaction's batches and every
+    transaction marker; `AbortedTransactions` and `route` leave exactly those out, and the
+    target holds what a read_committed reader of the source sees."""
+    source, target = raw
+    tp = TopicPartition(f"{unique}-txn", 0)
+    await create_topic(primary.bootstrap, tp.topic, configs=KEEP)
+    await create_topic(backup.bootstrap, tp.topic, configs=KEEP)
+    committed = await asyncio.to_thread(_write_transactions, primary.bootstrap, tp.topic,
+                                        f"{unique}-txn")
+    producer_id, epoch = await target.init_producer_id()
+    sequence = 0
+    position = 0
+    reasons: list[Reason] = []
+    while True:
+        fetched = (await source.fetch({tp: position}, isolation_level=READ_COMMITTED))[tp]
+        fetched.check(tp)
+        cut = split(fetched.records)
+        if cut.next_offset is None:
+            break
+        aborted = AbortedTransactions(fetched.aborted_transactions)
+        for batch in cut.batches:
+            way = route(batch, aborted=aborted.is_aborted(batch),
+                        target_max_message_bytes=1 << 20)
+            reasons.append(way.reason)
+            if way.path is Path.BATCH:
+                assert batch.header is not None
+                await target.produce(tp, rewrite(batch, producer_id=producer_id,
+                                                 producer_epoch=epoch, base_sequence=sequence))
+                sequence = next_sequence(sequence, batch.header.record_count)
+        position = cut.next_offset
+    assert reasons.count(Reason.CONTROL) == 3
+    assert Reason.ABORTED in reasons
+    copied = await asyncio.to_thread(_read_all, backup.bootstrap, tp.topic, len(committed))
+    assert [value for _, _, _, value, _ in copied] == committed
