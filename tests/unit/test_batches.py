@@ -264,6 +264,12 @@ def test_bad_input_is_named() -> None:
     broken[HEADER_SIZE:HEADER_SIZE + 2] = b"\xfe\x7f"  # record 0 says 8191 bytes long
     with pytest.raises(BatchError, match="record 0 of the batch at offset 0"):
         record_offsets(split(bytes(broken)).batches[0])
+    damaged = bytearray(batch.data)
+    damaged[-1] ^= 0x01  # one bit of the batch's last byte
+    with pytest.raises(BatchError, match=r"offset 0: its CRC 0x[0-9a-f]{8} does not match"):
+        rewrite(split(bytes(damaged)).batches[0])
+    assert DefaultRecordBatch(bytes(rewrite(split(bytes(damaged)).batches[0],
+                                            verify=False))).validate_crc()
     gz, _ = one("plain-gzip")
     assert gz.header is not None
     flagged = replace(gz.header, attributes=gz.header.attributes | 0x20)  # "control"

@@ -344,11 +344,15 @@ def next_sequence(base_sequence: int, record_count: int) -> int:
 
 def rewrite(batch: Batch, *, producer_id: int = -1, producer_epoch: int = -1,
             base_sequence: int = -1, transactional: bool = False,
-            base_offset: int = 0) -> bytearray:
+            base_offset: int = 0, verify: bool = True) -> bytearray:
     """`batch` as a producer sends it to the target: only the header changes.
 
     Refuses what no broker accepts from a producer: control batches, and batches whose
-    record count and offset range disagree (compaction gaps, or emptied).
+    record count and offset range disagree (compaction gaps, or emptied). With `verify`
+    the source's CRC is checked first, as a consumer checks it (`check.crcs`): the new CRC
+    covers the records too, so a batch corrupted on the way would otherwise land blessed.
+    That is a second pass over the bytes; CRC-32C's linearity would allow deriving the new
+    CRC from the old one and the changed header bytes alone, not done yet.
 
     Base offset `base_offset` (0 for a produce request), partition leader epoch -1, the
     target producer's id, epoch and base sequence (-1 each for a plain producer) and its
@@ -364,6 +368,10 @@ def rewrite(batch: Batch, *, producer_id: int = -1, producer_epoch: int = -1,
             "offsets (compaction gaps): a broker refuses it from a producer")
     if transactional and producer_id < 0:
         raise BatchError(f"{where}: a transactional batch needs a producer id")
+    if verify and crc32c(batch.data[_ATTRIBUTES:]) != header.crc:
+        raise BatchError(
+            f"{where}: its CRC {header.crc:#010x} does not match its bytes (corrupt): "
+            "a new CRC would hide that")
     if producer_id >= 0 and (producer_epoch < 0 or base_sequence < 0):
         raise BatchError(
             f"{where}: producer id {producer_id} needs an epoch and a base sequence "
