@@ -23,6 +23,7 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -138,7 +139,7 @@ def _download(url: str, path: Path, sha256: str) -> Path:
 
 def _deb_version(name: str) -> str:
     """`prometheus_2.42.0+ds-5+deb12u1_amd64.deb` (or its %-quoted form) -> the version."""
-    return urllib.request.unquote(name).split("_")[1].replace("%3a", ":")
+    return urllib.parse.unquote(name).split("_")[1]
 
 
 def _last_line(text: str) -> str:
