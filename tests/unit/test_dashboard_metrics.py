@@ -10,13 +10,16 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from otlp_receiver import OtlpReceiver
 
 from mirrorline.controller.status import state_counts
 from mirrorline.core.record_audit import Verdict
 from mirrorline.dev import prometheus
 from mirrorline.heartbeat.metrics import register_metrics
+from mirrorline.telemetry import setup_telemetry
 from mirrorline.v1 import admin_pb2, flows_pb2
 
 
@@ -93,3 +96,24 @@ def test_the_newest_complete_install_in_the_cache_is_the_one_run(tmp_path: Path,
         if complete:  # 2.50.0 is a half-finished install: never used
             (root / ".complete").write_text(version)
     assert prometheus.binary(tmp_path) == tmp_path / "prometheus-2.42.0/usr/bin/prometheus"
+
+
+@pytest.mark.parametrize("exporter", ["otlp", "none"])
+async def test_otel_metrics_exporter_none_keeps_metrics_off_otlp(
+        exporter: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Compose's Prometheus scrapes every service: with the metrics also pushed to the
+    collector, which re-exposes them, each series was there twice. `none` pushes none
+    (traces still go); the default pushes them. The collector is a real OTLP listener."""
+    receiver = OtlpReceiver()
+    await receiver.start()
+    try:
+        for key, value in receiver.env.items():
+            monkeypatch.setenv(key, value)
+        monkeypatch.setenv("OTEL_METRICS_EXPORTER", exporter)  # OTel's own name
+        telemetry = setup_telemetry("replicator", instance="t1", metrics_port=None)
+        await telemetry.start()
+        telemetry.meter.create_counter("record-count").add(1, {"topic": "t"})
+        await telemetry.stop(flush_timeout=10)  # the final flush pushes what there is
+    finally:
+        await receiver.stop()
+    assert ("record-count" in receiver.metric_names) is (exporter == "otlp")
