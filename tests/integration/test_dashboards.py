@@ -12,8 +12,10 @@ in each every query of every panel is sent to Prometheus's `/api/v1/query`:
   the Spark executor serving, audit verdicts present from 0;
 * paused (`admin flows pause`, records keep arriving): lag in records and time grows,
   the paused flow is counted as paused;
-* failing (the flow resumed, then its target cluster stopped): the partitions stay
-  behind, checkpoints age, config sync counts failed rounds.
+* failing: the flow resumed, and a record its target refuses (above the target
+  producer's `max.request.size`) stops one partition -- in error, behind, the flow in
+  error, the other partition still copying; then the target cluster stopped -- config
+  sync counts failed rounds, the target's heartbeats age.
 
 The panels are read from the JSON, so a new panel is covered without touching this test;
 its particular expectations (below, by title) are added where its meaning needs them.
@@ -216,6 +218,13 @@ FAILING: Mapping[str, Check] = {
     "Record lag behind the source's log end (by remote topic)": lambda q: total(q[0]) >= 20,
     "Records replicated / s (by flow)": lambda q: total(q[0]) > 0,
 }
+#: Then the target cluster stopped (the deployment's home too: the controller stops
+#: leading, so its panels are not judged here). Heartbeats come every second.
+TARGET_DOWN: Mapping[str, Check] = {
+    "Failures (5 min)": lambda q: by("kind", q[0]).get("round", 0) > 0,
+    "Heartbeat age per path": lambda q: min(
+        (v for s, v in q[0] if s.get("cluster") == "bravo"), default=0) > 5000,
+}
 
 
 async def evaluate(prom: Prometheus, every: list[Panel]) -> dict[str, list[Series]]:
@@ -316,6 +325,8 @@ async def test_every_panel_reads_right_when_healthy_paused_and_failing(
             await produce(alpha.bootstrap, TOPIC, [Record(b"f", partition=i % 2)
                                                    for i in range(40)])
             await reach(prom, every, FAILING, "failing", all_answer=False)
+            await stop_cluster(bravo)
+            await reach(prom, every, TARGET_DOWN, "failing (target down)", all_answer=False)
     finally:
         if run is not None and run.returncode is None:
             run.send_signal(signal.SIGTERM)
