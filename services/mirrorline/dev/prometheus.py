@@ -161,7 +161,23 @@ def unpack_deb(deb: Path, into: Path) -> None:
         if name.startswith("data.tar"):
             into.mkdir(parents=True, exist_ok=True)
             with tarfile.open(fileobj=io.BytesIO(body), mode="r:*") as tar:
-                tar.extractall(into, filter="data")
+                _extract(tar, into)
             return
         pos += 60 + size + (size % 2)
     raise PrometheusNotInstalled(f"{deb.name} has no data.tar member")
+
+
+def _extract(tar: tarfile.TarFile, into: Path) -> None:
+    """Extract with tarfile's `data` filter where Python has it (3.11.4+); else refuse
+    any member that would land outside `into` and extract the rest as plain files."""
+    if hasattr(tarfile, "data_filter"):
+        tar.extractall(into, filter="data")
+        return
+    root = into.resolve()
+    for member in tar.getmembers():
+        target = (into / member.name).resolve()
+        if not (target == root or root in target.parents) or member.isdev():
+            raise PrometheusNotInstalled(f"refusing {member.name!r} of the package")
+        if member.issym() and Path(member.linkname).is_absolute():
+            continue  # an absolute link points into the system, not the unpacked tree
+        tar.extract(member, into)
