@@ -97,6 +97,11 @@ def test_the_newest_complete_install_in_the_cache_is_the_one_run(tmp_path: Path,
             (root / ".complete").write_text(version)
     assert prometheus.binary(tmp_path) == tmp_path / "prometheus-2.42.0/usr/bin/prometheus"
 
+    def no_fetch(work: Path) -> tuple[Path, str]:
+        raise AssertionError("installed already: nothing is fetched")
+    monkeypatch.setattr(prometheus, "_fetch", no_fetch)
+    assert prometheus.install(tmp_path) == prometheus.binary(tmp_path)
+
 
 @pytest.mark.parametrize("exporter", ["otlp", "none"])
 async def test_otel_metrics_exporter_none_keeps_metrics_off_otlp(

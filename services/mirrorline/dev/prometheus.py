@@ -61,23 +61,32 @@ def binary(cache: Path | None = None) -> Path | None:
     configured = os.environ.get(PROMETHEUS_ENV)
     if configured:
         return Path(configured) if Path(configured).is_file() else None
-    installs = sorted((p for p in (cache or cache_dir()).glob("prometheus-*")
-                       if (p / _COMPLETE).is_file() and (p / _BINARY).is_file()),
-                      key=lambda p: [int(n) if n.isdigit() else 0
-                                     for n in p.name.removeprefix("prometheus-").split(".")])
+    installs = _installed(cache or cache_dir())
     if installs:
         return installs[-1] / _BINARY
     found = shutil.which("prometheus")
     return Path(found) if found else None
 
 
+def _installed(cache: Path) -> list[Path]:
+    """The complete installs in `cache`, oldest version first."""
+    return sorted((p for p in cache.glob("prometheus-*")
+                   if (p / _COMPLETE).is_file() and (p / _BINARY).is_file()),
+                  key=lambda p: [int(n) if n.isdigit() else 0
+                                 for n in p.name.removeprefix("prometheus-").split(".")])
+
+
 def install(cache: Path | None = None) -> Path:
     """Install Debian's prometheus package into the cache; return the binary's path.
 
-    Idempotent (an installed version is left alone) and atomic (unpacked into a temporary
-    folder, moved into place whole). Blocking: call it from a thread on an event loop.
+    Idempotent (with a complete install in the cache, nothing is fetched: remove its
+    folder to take a newer package) and atomic (unpacked into a temporary folder, moved
+    into place whole). Blocking: call it from a thread on an event loop.
     """
     cache = cache or cache_dir()
+    installed = _installed(cache)
+    if installed:
+        return installed[-1] / _BINARY
     cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache, prefix=".prometheus-") as work:
         deb, version = _fetch(Path(work))
