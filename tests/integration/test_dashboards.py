@@ -222,7 +222,8 @@ FAILING: Mapping[str, Check] = {
     "Records replicated / s (by flow)": lambda q: total(q[0]) > 0,
 }
 #: Then the target cluster stopped (the deployment's home too: the controller stops
-#: leading, so its panels are not judged here). Heartbeats come every second.
+#: leading, so its panels are not judged here). Heartbeats come every second (the
+#: default `emit.heartbeats.interval.seconds`).
 TARGET_DOWN: Mapping[str, Check] = {
     "Failures (5 min)": lambda q: by("kind", q[0]).get("round", 0) > 0,
     "Heartbeat age per path": lambda q: min(
@@ -291,7 +292,6 @@ async def test_every_panel_reads_right_when_healthy_paused_and_failing(
             {"alpha": alpha, "bravo": bravo}, {FLOW: {"topics": TOPIC}},
             mirrorline_deployment=unique, refresh_topics_interval_seconds="1",
             refresh_groups_interval_seconds="1", emit_checkpoints_interval_seconds="1",
-            emit_heartbeats_interval_seconds="1", sync_topic_configs_interval_seconds="1",
             canary_interval_ms="250", audit_window_ms="1000",
             bravo_producer_max_request_size=str(LIMIT)))
         offset = next(o for o in range(31000, 40000, 100)
