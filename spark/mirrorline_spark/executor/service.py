@@ -8,9 +8,10 @@ import atexit
 import logging
 import shutil
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import grpc
+from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
 from mirrorline.controlplane.join import open_control_log
 from mirrorline.controlplane.log import ControlLog
@@ -64,6 +65,7 @@ class SparkExecutorService:
                                          metrics_host=self._metrics_host)
         await self.telemetry.start()
         metrics = ReplicationMetrics(self.telemetry.meter)
+        self._register_state_metrics(self.telemetry.meter)
         self._grpc.add(replicator_pb2_grpc.add_ReplicatorServicer_to_server,
                        _StatusServicer(self),
                        [replicator_pb2.DESCRIPTOR.services_by_name["Replicator"].full_name])
@@ -98,6 +100,30 @@ class SparkExecutorService:
                 await self.telemetry.stop()
         finally:
             shutil.rmtree(self._workdir, ignore_errors=True)
+
+    def state_values(self) -> dict[str, int]:
+        """The executor's own state as numbers (its `spark-executor-*` gauges): serving,
+        fenced (cut off from the controller), problem (its query failed: partitions go
+        back to the workers) and the partitions it runs."""
+        agent = self.agent
+        return {"serving": int(self.serving()),
+                "fenced": int(agent is not None and agent.fenced),
+                "problem": int(agent is not None and bool(agent.problem)),
+                "partitions": 0 if agent is None else sum(
+                    len(run.partitions()) for run in list(agent.runs.values()))}
+
+    def _register_state_metrics(self, meter: Meter) -> None:
+        def observe(pick: str) -> Callable[[CallbackOptions], Iterable[Observation]]:
+            def callback(_: CallbackOptions) -> Iterable[Observation]:
+                return [Observation(self.state_values()[pick], {"executor": self.worker_id})]
+            return callback
+        for pick, description in (
+                ("serving", "1 while the executor serves (started, not fenced, no problem)"),
+                ("fenced", "1 while fenced: no heartbeat reached the controller in time"),
+                ("problem", "1 while its Spark query has failed (partitions given back)"),
+                ("partitions", "partitions the executor's query copies")):
+            meter.create_observable_gauge(f"spark-executor-{pick}", callbacks=[observe(pick)],
+                                          description=description)
 
     def serving(self) -> bool:
         agent = self.agent
