@@ -18,7 +18,7 @@ DOCS = sorted([ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "ARCHITECTUR
 
 #: Pages linked from these docs that other branches of the same change write; checked like
 #: every other page once they exist.
-WRITTEN_ELSEWHERE = {"docs/configuration-keys.md", "docs/dashboards.md"}
+WRITTEN_ELSEWHERE = {"docs/configuration-keys.md"}
 #: Paths the docs name that are made by a command rather than committed: `make certs` and
 #: `make compose-certs` write these.
 GENERATED = {"deploy/kubernetes/certs", "deploy/compose/certs"}
