@@ -162,11 +162,12 @@ async def run_once(
         startups.setdefault(name, []).extend(env.startup[-1:])
         costs.setdefault(name, []).extend(env.costs[-1:])
         if name == "mirrorline":
-            per_core, per_wall = await audit.run(env)
+            per_core, per_wall, before = await audit.run(env)
             AUDIT_RATES.setdefault(scenario, []).append(per_core)
             print(f"  audit: {per_core:,.0f} records/s verified per core ({per_wall:,.0f}/s "
                   f"wall), {per_core / (scenario.records / seconds):.2f}x the replicator's "
-                  "rate", flush=True)
+                  f"rate; read through a consumer record by record: {before:,.0f}/s, "
+                  f"{before / (scenario.records / seconds):.2f}x", flush=True)
         return seconds
     finally:
         await asyncio.gather(delete_topics(source.bootstrap, [topic]),

@@ -7,6 +7,12 @@ becomes one "fold" event to the flow's `AuditApp`, which applies it only if it s
 the table's position for that partition; the reader then waits until the table shows
 the event applied, and re-reads from the table's position if it does not.
 
+Records are fetched as raw batches (`kafka/rawbatches.py`) and decoded by aiokafka's record
+code (`kafka/rawrecords.py`), not through the consumer's per-record objects, and each
+batch is folded at once (`core.record_audit.fold_records`): the audit must verify records
+at least as fast as the replicator copies them, on one core. The consumer serves for
+connecting, metadata and log starts; it is never assigned, so it fetches nothing itself.
+
 A side reports itself *caught up* (with the wall-clock time) for every partition whose
 position reached the high watermark of the latest fetch. A partition whose remote topic
 does not exist on the target (yet) is never caught up: its windows wait, unjudged, rather
@@ -17,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -32,11 +39,30 @@ from mirrorline.heartbeat.audit_app import AuditApp, cadence_s
 from mirrorline.heartbeat.retrying import Retrying
 from mirrorline.kafka.causes import unreachable
 from mirrorline.kafka.metadata import partitions_by_topic
+from mirrorline.kafka.rawbatches import (
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    FetchedPartition,
+    RawBatches,
+)
+from mirrorline.kafka.rawrecords import decode
 
 log = logging.getLogger(__name__)
 
 APPLY_TIMEOUT_S = 15.0
 REFRESH_S = 5.0
+#: Longest a fetch waits at the broker for records (as the consumer's fetch.max.wait.ms).
+FETCH_WAIT_MS = 500
+#: Most bytes one partition's part of a fetch answer holds (max.partition.fetch.bytes).
+PARTITION_FETCH_BYTES = 1 << 20
+#: Kafka's OFFSET_OUT_OF_RANGE, and the errors after which Kafka's consumer refreshes its
+#: metadata and asks again (UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE,
+#: NOT_LEADER_OR_FOLLOWER, REPLICA_NOT_AVAILABLE, KAFKA_STORAGE_ERROR, FENCED_LEADER_EPOCH,
+#: UNKNOWN_LEADER_EPOCH, OFFSET_NOT_AVAILABLE).
+OFFSET_OUT_OF_RANGE = 1
+REFRESH_METADATA = frozenset({3, 5, 6, 9, 56, 74, 75, 78})
+#: Pause after a metadata refresh, so a leader election is not asked about in a loop.
+REFRESH_PAUSE_S = 0.2
 
 
 def _now_ms() -> int:
@@ -64,8 +90,10 @@ class AuditReader(Retrying):
         kwargs.pop("group_id", None)
         kwargs["enable_auto_commit"] = False
         kwargs["auto_offset_reset"] = "earliest"
-        kwargs.setdefault("fetch_max_wait_ms", 500)  # a fetch answers as soon as records come
         self._kwargs = kwargs
+        #: Records are fetched raw (`_fetch`), at the isolation level the consumer would use.
+        self._isolation = (READ_COMMITTED if kwargs.get("isolation_level") == "read_committed"
+                           else READ_UNCOMMITTED)
         self.cluster = flow.source if side == "source" else flow.target
         self.records = 0
 
@@ -114,8 +142,14 @@ class AuditReader(Retrying):
             await asyncio.sleep(0.2)
         window = self.flow.audit.window_ms
         loop = asyncio.get_running_loop()
+        raw = RawBatches(consumer._client)
         readable: dict[str, int] = {}
+        #: Next offset expected to hold a record (what was read), and where to fetch next
+        #: (past markers and compacted tails too), per partition.
         expected: dict[TopicPartition, int] = {}
+        positions: dict[TopicPartition, int] = {}
+        #: High watermark of the latest fetch answer per partition.
+        highs: dict[TopicPartition, int] = {}
         part_of: dict[TopicPartition, str] = {}
         next_refresh = 0.0
         while True:
@@ -125,8 +159,11 @@ class AuditReader(Retrying):
                        for t, n in readable.items() for p in range(n)}
                 if set(tps) != set(part_of):
                     part_of = tps
-                    consumer.assign(sorted(tps))
-                    expected = self._seek(consumer, part_of)
+                    # the client's metadata then covers these topics' leaders
+                    await consumer._client.set_topics(sorted({tp.topic for tp in tps}))
+                    expected = self._seek(part_of)
+                    positions = dict(expected)
+                    highs = {}
                 next_refresh = loop.time() + REFRESH_S
             deltas: dict[TopicPartition, dict[str, list[int]]] = {}
             #: Highest record timestamp read per partition in this batch.
@@ -136,54 +173,112 @@ class AuditReader(Retrying):
             gaps: dict[TopicPartition, list[tuple[int, int, int]]] = {}
             flush_s = cadence_s(window)
             deadline = loop.time() + flush_s
-            if not part_of:  # nothing to read (yet): a fetch would wait for an assignment
+            if not part_of:  # nothing to read (yet)
                 await asyncio.sleep(flush_s)
             # Read until the report is due, idle or not: records are taken as they come (a
             # fetch answers as soon as there are any), and an idle reader reports once per
             # cadence rather than after every empty fetch.
             while part_of and (left := deadline - loop.time()) > 0:
-                batches = await consumer.getmany(timeout_ms=max(1, int(left * 1000)),
-                                                 max_records=20000)
-                for tp, records in batches.items():
+                fetched = await self._fetch(consumer, raw, positions,
+                                            min(FETCH_WAIT_MS, max(1, int(left * 1000))))
+                stuck: list[TopicPartition] = []
+                for tp, part in fetched.items():
+                    highs[tp] = part.high_watermark
+                    decoded = decode(part.records, positions[tp],
+                                     where=f"{tp.topic}-{tp.partition}",
+                                     aborted=part.aborted_transactions
+                                     if self._isolation == READ_COMMITTED else None)
+                    if part.records and decoded.next_offset == positions[tp]:
+                        stuck.append(tp)
+                    positions[tp] = decoded.next_offset
                     d = deltas.setdefault(tp, {})
-                    for record in records:
-                        if record.offset > expected.get(tp, 0):
-                            gaps.setdefault(tp, []).append(
-                                (expected.get(tp, 0), record.offset, record.timestamp))
-                        expected[tp] = record.offset + 1
-                        if record.timestamp < first:
-                            continue
-                        if record.timestamp > tops.get(tp, -1):
-                            tops[tp] = record.timestamp
-                        audit.accumulate(d, record.timestamp, audit.record_digest(
-                            record.key, record.value, record.headers, record.timestamp),
-                            window)
-                        self.records += 1
+                    for records in decoded.batches:
+                        at = expected.get(tp, 0)
+                        head = records[0]
+                        if head.offset > at:
+                            gaps.setdefault(tp, []).append((at, head.offset, head.timestamp))
+                        if records[-1].offset - head.offset + 1 != len(records):
+                            _inner_gaps(records, gaps.setdefault(tp, []))
+                        expected[tp] = records[-1].offset + 1
+                        folded, top = audit.fold_records(d, records, window, first)
+                        if top > tops.get(tp, -1):
+                            tops[tp] = top
+                        self.records += folded
+                if stuck:  # a batch larger than a partition's share of a fetch comes
+                    # whole only to the partition asked first (KIP-74)
+                    positions = {**{tp: positions[tp] for tp in stuck}, **positions}
             truncated = await _removed(consumer, gaps)
             for tp in part_of:  # past transaction markers that end what was read
-                expected[tp] = max(expected.get(tp, 0), await consumer.position(tp))
-            await self._flush(consumer, part_of, deltas, truncated, expected, tops)
+                expected[tp] = max(expected.get(tp, 0), positions.get(tp, 0))
+            positions.update(await self._flush(part_of, deltas, truncated, expected, highs,
+                                               tops))
 
-    def _seek(self, consumer: AIOKafkaConsumer,
-              part_of: Mapping[TopicPartition, str]) -> dict[TopicPartition, int]:
-        expected: dict[TopicPartition, int] = {}
-        for tp, part in part_of.items():
-            position = self.app.position(self.flow.name, self.side, part) or 0
-            consumer.seek(tp, position)
-            expected[tp] = position
-        return expected
+    async def _fetch(self, consumer: AIOKafkaConsumer, raw: RawBatches,
+                     positions: dict[TopicPartition, int], wait_ms: int
+                     ) -> dict[TopicPartition, FetchedPartition]:
+        """One fetch of every partition, each leader asked at the same time; partitions
+        answered with an error are dealt with (see `_fetch_error`) and left out."""
+        client: Any = consumer._client
+        by_leader: dict[int, dict[TopicPartition, int]] = {}
+        leaderless = False
+        for tp, offset in positions.items():
+            leader = client.cluster.leader_for_partition(tp)
+            if leader is None or leader < 0:  # an election: ask again after a refresh
+                leaderless = True
+                continue
+            by_leader.setdefault(int(leader), {})[tp] = offset
+        if leaderless:
+            await client.force_metadata_update()
+        if not by_leader:
+            await asyncio.sleep(REFRESH_PAUSE_S)
+            return {}
+        answers = await asyncio.gather(*(
+            raw.fetch(group, max_wait_ms=wait_ms, partition_max_bytes=PARTITION_FETCH_BYTES,
+                      isolation_level=self._isolation)
+            for group in by_leader.values()))
+        out: dict[TopicPartition, FetchedPartition] = {}
+        for answer in answers:
+            for tp, part in answer.items():
+                if part.error_code:
+                    await self._fetch_error(consumer, tp, part, positions)
+                else:
+                    out[tp] = part
+        return out
 
-    async def _flush(self, consumer: AIOKafkaConsumer, part_of: Mapping[TopicPartition, str],
+    async def _fetch_error(self, consumer: AIOKafkaConsumer, tp: TopicPartition,
+                           part: FetchedPartition, positions: dict[TopicPartition, int]
+                           ) -> None:
+        """As the consumer does: an offset out of range restarts at the log start (the gap
+        to it is then seen, and `_removed` tells whether retention made it); a leader or
+        partition the metadata got wrong refreshes the metadata; anything else is raised
+        (the reader retries from the table's positions)."""
+        if part.error_code == OFFSET_OUT_OF_RANGE:
+            starts = await consumer.beginning_offsets([tp])
+            positions[tp] = int(starts[tp])
+        elif part.error_code in REFRESH_METADATA:
+            await consumer._client.force_metadata_update()
+            await asyncio.sleep(REFRESH_PAUSE_S)
+        else:
+            part.check(tp)
+
+    def _seek(self, part_of: Mapping[TopicPartition, str]) -> dict[TopicPartition, int]:
+        return {tp: self.app.position(self.flow.name, self.side, part) or 0
+                for tp, part in part_of.items()}
+
+    async def _flush(self, part_of: Mapping[TopicPartition, str],
                      deltas: Mapping[TopicPartition, dict[str, list[int]]],
                      truncated: Mapping[TopicPartition, int],
                      expected: dict[TopicPartition, int],
-                     tops: Mapping[TopicPartition, int]) -> None:
+                     highs: Mapping[TopicPartition, int],
+                     tops: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """Send the fold event; the positions to fetch from next when the table did not
+        take it (re-read from the table's), else none."""
         now = _now_ms()
         parts: dict[str, dict[str, Any]] = {}
         for tp, part in part_of.items():
             start = self.app.position(self.flow.name, self.side, part)
             position = expected.get(tp, 0)
-            high = consumer.highwater(tp)
+            high = highs.get(tp)
             caught = now if high is not None and position >= high else -1
             if start is None:
                 start = 0
@@ -193,13 +288,15 @@ class AuditReader(Retrying):
                            "caught": caught, "truncated": truncated.get(tp, -1),
                            "top": tops.get(tp, -1)}
         if not parts:
-            return
+            return {}
         await self.app.send({"kind": "fold", "flow": self.flow.name, "side": self.side,
                              "parts": parts})
-        if not await self._applied(parts):
-            log.info("audit %s %s: state moved elsewhere; re-reading from the table's "
-                     "positions", self.flow.name, self.side)
-            expected.update(self._seek(consumer, part_of))
+        if await self._applied(parts):
+            return {}
+        log.info("audit %s %s: state moved elsewhere; re-reading from the table's "
+                 "positions", self.flow.name, self.side)
+        expected.update(self._seek(part_of))
+        return dict(expected)
 
     async def _applied(self, parts: Mapping[str, Mapping[str, Any]]) -> bool:
         loop = asyncio.get_running_loop()
@@ -211,6 +308,13 @@ class AuditReader(Retrying):
                 return True
             await asyncio.sleep(0.02)
         return False
+
+
+def _inner_gaps(records: Sequence[Any], into: list[tuple[int, int, int]]) -> None:
+    """Offset gaps inside one batch (compaction's), as (expected, found, timestamp)."""
+    for before, record in itertools.pairwise(records):
+        if record.offset > before.offset + 1:
+            into.append((before.offset + 1, record.offset, record.timestamp))
 
 
 async def _removed(consumer: AIOKafkaConsumer,
