@@ -19,7 +19,6 @@ from typing import Any, TextIO
 from mirrorline import grpcsecure
 from mirrorline.core.config import load_config, mask
 from mirrorline.core.errors import ConfigError
-from mirrorline.core.policy import make_policy
 from mirrorline.core.security import grpc_security
 from mirrorline.core.settings import FlowSettings, MirrorSettings
 
@@ -100,7 +99,7 @@ def print_summary(settings: MirrorSettings, out: TextIO, *, warnings: int) -> No
 
 
 def _print_flow(flow: FlowSettings, secrets: frozenset[str], out: TextIO) -> None:
-    policy = make_policy(flow.policy, flow.naming_source)
+    policy = flow.replication_policy
     separator = flow.policy.separator
     print(f"  {flow.name}:", file=out)
     for key, items in (("topics", flow.topics), ("topics.exclude", flow.topics_exclude),
@@ -113,14 +112,10 @@ def _print_flow(flow: FlowSettings, secrets: frozenset[str], out: TextIO) -> Non
           + (f", target.cluster.alias {flow.target_cluster_alias!r}"
              if flow.target_cluster_alias is not None else ""), file=out)
     print(f"      {_EXAMPLE_TOPIC} on {flow.source} -> "
-          f"{policy.format_remote_topic(flow.naming_source, _EXAMPLE_TOPIC)} on "
-          f"{flow.target}", file=out)
-    print(f"      checkpoints topic on {flow.target}: "
-          f"{policy.checkpoints_topic(flow.naming_source)}", file=out)
-    at_source = flow.offset_syncs_topic_location == "source"
-    syncs = policy.offset_syncs_topic(flow.naming_target if at_source else flow.naming_source)
-    where = flow.source if at_source else flow.target
-    print(f"      offset-syncs topic on {where}: {syncs}", file=out)
+          f"{flow.remote_topic(_EXAMPLE_TOPIC)} on {flow.target}", file=out)
+    print(f"      checkpoints topic on {flow.target}: {flow.checkpoints_topic}", file=out)
+    print(f"      offset-syncs topic on {flow.offset_syncs_cluster}: "
+          f"{flow.offset_syncs_topic}", file=out)
     print("    refresh: topics "
           + (f"every {flow.refresh_topics_interval_s:g}s" if flow.refresh_topics_enabled
              else "once at start")

@@ -107,6 +107,11 @@ class FlowBuilder:
                 "replication.policy.internal.topic.separator.enabled"),
         )
 
+    def resume_tail_match(self) -> bool:
+        """`mirrorline.resume.tail.match` (default true), a boolean like MM2's flags."""
+        entry = self.entry("mirrorline.resume.tail.match")
+        return True if entry is None else self.loader.read(entry, values.parse_bool)
+
     def enabled(self) -> bool:
         """MM2: `s->t.enabled` decides; otherwise a top-level `enabled` counts, but only for
         pairs that have a herder at all, i.e. whose heartbeats are on (spec §7.2)."""
@@ -180,6 +185,7 @@ class FlowBuilder:
                                                     values.parse_acls_mode) == "full"
             else "mm2",
             offload=self.offload(),
+            resume_tail_match=self.resume_tail_match(),
         )
         flow = self._exactly_once_stays_on_workers(flow)
         if flow.enabled:

@@ -26,6 +26,9 @@ _TOPIC_CHARS: Final = re.compile(r"[A-Za-z0-9._-]+")
 _INLINE_COMMENT: Final = re.compile(r"\s#")
 _JAVA_LONG_MAX: Final = 2**63 - 1
 _JAVA_SHORT_MAX: Final = 2**15 - 1
+#: The longest `replication.policy.separator`: it is repeated in every remote topic name,
+#: and topic names are limited to 249 characters.
+MAX_SEPARATOR: Final = 16
 
 
 class BadValue(ValueError):
@@ -138,6 +141,9 @@ def parse_policy_class(value: str) -> PolicyKind:
 
 def parse_separator(value: str) -> str:
     """Empty is allowed, as in MM2 (names become `<alias><topic>`); the loader warns."""
+    if len(value) > MAX_SEPARATOR:
+        raise BadValue(f"is {len(value)} characters long; at most {MAX_SEPARATOR} "
+                       "(topic names are limited to 249 characters)")
     if value and not _TOPIC_CHARS.fullmatch(value):
         raise BadValue("may contain only the characters allowed in topic names "
                        "(letters, digits, '.', '_', '-')")

@@ -12,7 +12,7 @@ Messages never contain secret values; use `redact` to print a configuration.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Final, TypeVar
 
 from mirrorline.core import _config_keys as keys
@@ -40,12 +40,14 @@ from mirrorline.core._config_warnings import (
 )
 from mirrorline.core.errors import ConfigError
 from mirrorline.core.filters import compile_patterns, parse_list
+from mirrorline.core.policy import ReplicationPolicy, make_policy
 from mirrorline.core.properties import Property, duplicates, last_wins, parse_properties
 from mirrorline.core.settings import (
     ClusterSettings,
     ConfigWarning,
     FlowSettings,
     MirrorSettings,
+    PolicySettings,
 )
 from mirrorline.core.typos import or_list
 
@@ -58,6 +60,7 @@ __all__ = [
     "load_config",
     "mask",
     "parse_config",
+    "policy_from_properties",
     "redact",
 ]
 
@@ -133,8 +136,32 @@ class _Redacted(dict[str, str]):
 
 #: Bounds that keep one file (or one imported request) from costing unbounded work.
 MAX_CLUSTERS = 64
-MAX_SEPARATOR = 16
+MAX_SEPARATOR = values.MAX_SEPARATOR
 MAX_PATTERN_LIST = 16_384
+
+
+def policy_from_properties(properties: Mapping[str, str]) -> ReplicationPolicy:
+    """The policy MM2's `MirrorClientConfig` builds from one flat property map, with the
+    values checked exactly as the loader checks them in a file (a bad one is a
+    `ConfigError` naming the key): `replication.policy.class`, `.separator`,
+    `.internal.topic.separator.enabled`, and `source.cluster.alias` for the identity policy
+    (Java hands the policy every property)."""
+    def read(key: str, reader: Callable[[str], _T]) -> _T | None:
+        raw = properties.get(key)
+        if raw is None:
+            return None
+        try:
+            return reader(raw.strip(JAVA_TRIM))
+        except values.BadValue as e:
+            raise ConfigError(key, f"invalid value {values.shown(key, raw)}: {e}") from None
+
+    kind = read("replication.policy.class", values.parse_policy_class) or "default"
+    internal = read("replication.policy.internal.topic.separator.enabled", values.parse_bool)
+    alias = read("source.cluster.alias", values.parse_naming_alias)
+    return make_policy(PolicySettings(
+        kind=kind, separator=read("replication.policy.separator", values.parse_separator),
+        internal_topic_separator_enabled=True if internal is None else internal),
+        alias or None)
 
 
 def load_config(path: str | os.PathLike[str]) -> MirrorSettings:
@@ -295,10 +322,6 @@ class _Loader:
         """Check the type of every value that has one, wherever it is written."""
         for store in (layers.top, *layers.flows.values()):
             for rest, entry in store.items():
-                if rest == "replication.policy.separator" and len(entry.value) > MAX_SEPARATOR:
-                    raise self.error(entry, entry.key, (
-                        f"is {len(entry.value)} characters long; at most {MAX_SEPARATOR} "
-                        "(topic names are limited to 249 characters)"))
                 if rest in PATTERN_KEYS and len(entry.value) > MAX_PATTERN_LIST:
                     raise self.error(entry, entry.key, (
                         f"is {len(entry.value)} characters long; at most {MAX_PATTERN_LIST}"))
