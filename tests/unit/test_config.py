@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from config_text import BASE, BASE_LINES, config_error, flow, load, warning_keys
 
+from mirrorline.configfile import load_config
 from mirrorline.core.config import (
     DEFAULTS,
     MIRRORLINE_DEFAULT_OVERRIDES,
     MM2_DEFAULTS,
-    load_config,
     parse_config,
 )
 from mirrorline.core.errors import ConfigError

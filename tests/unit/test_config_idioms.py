@@ -15,7 +15,7 @@ import pytest
 
 from mirrorline.cli import main
 from mirrorline.cli.services import VALIDATED_ENV, load_settings
-from mirrorline.core.config import parse_config
+from mirrorline.configfile import parse_config
 from mirrorline.core.errors import ConfigError
 from mirrorline.core.flowdefs import file_definitions
 from mirrorline.core.policy import is_cycle, make_policy

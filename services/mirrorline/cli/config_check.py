@@ -17,7 +17,8 @@ from collections.abc import Mapping
 from typing import Any, TextIO
 
 from mirrorline import grpcsecure
-from mirrorline.core.config import load_config, mask
+from mirrorline.configfile import load_config
+from mirrorline.core.config import mask
 from mirrorline.core.errors import ConfigError
 from mirrorline.core.security import grpc_security
 from mirrorline.core.settings import FlowSettings, MirrorSettings

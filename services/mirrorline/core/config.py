@@ -11,7 +11,6 @@ Messages never contain secret values; use `redact` to print a configuration.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import Final, TypeVar
 
@@ -30,7 +29,13 @@ from mirrorline.core._config_layers import (
     split_levels,
     unknown_key_warnings,
 )
-from mirrorline.core._config_providers import ProviderError, Providers, has_reference
+from mirrorline.core._config_providers import (
+    NO_LOOKUPS,
+    ProviderError,
+    ProviderLookups,
+    Providers,
+    has_reference,
+)
 from mirrorline.core._config_warnings import (
     JAVA_TRIM,
     PATTERN_KEYS,
@@ -57,7 +62,9 @@ __all__ = [
     "MIRRORLINE_DEFAULT_OVERRIDES",
     "MIRRORLINE_KEYS",
     "MM2_DEFAULTS",
-    "load_config",
+    "NO_LOOKUPS",
+    "ProviderLookups",
+    "decode_config",
     "mask",
     "parse_config",
     "policy_from_properties",
@@ -164,32 +171,30 @@ def policy_from_properties(properties: Mapping[str, str]) -> ReplicationPolicy:
         alias or None)
 
 
-def load_config(path: str | os.PathLike[str]) -> MirrorSettings:
-    """Read and resolve the MM2 properties file at `path`."""
-    name = os.fspath(path)
+def decode_config(data: bytes) -> str:
+    """The text of a configuration file's bytes: UTF-8 (a byte-order mark skipped), else
+    ISO-8859-1 (MM2's encoding) when the bytes are not valid UTF-8."""
     try:
-        with open(name, "rb") as handle:
-            data = handle.read()
-    except OSError as e:
-        raise ConfigError(None, f"cannot read the configuration file: {e.strerror or e}",
-                          source=name) from None
-    try:
-        text = data.decode("utf-8-sig")
+        return data.decode("utf-8-sig")
     except UnicodeDecodeError:
-        text = data.decode("iso-8859-1")
-    return parse_config(text, source=name)
+        return data.decode("iso-8859-1")
 
 
-def parse_config(text: str, *, source: str | None = None) -> MirrorSettings:
-    """Resolve MM2 properties text; `source` names the file in messages."""
-    return _Loader(parse_properties(text, source=source), source).load()
+def parse_config(text: str, *, source: str | None = None,
+                 lookups: ProviderLookups = NO_LOOKUPS) -> MirrorSettings:
+    """Resolve MM2 properties text; `source` names the file in messages; `lookups`: what
+    the config providers may read (the default: no environment, no files --
+    `mirrorline.configfile` passes the host's)."""
+    return _Loader(parse_properties(text, source=source), source, lookups).load()
 
 
 class _Loader:
     """One run of the loader over one file; holds what every step needs."""
 
-    def __init__(self, entries: list[Property], source: str | None) -> None:
+    def __init__(self, entries: list[Property], source: str | None,
+                 lookups: ProviderLookups) -> None:
         self.source = source
+        self.lookups = lookups
         self.raw = last_wins(entries)
         self.warnings: list[ConfigWarning] = [
             ConfigWarning(later.key, f"set more than once (lines {earlier.line} and "
@@ -209,7 +214,7 @@ class _Loader:
         by_key = {e.key: e for e in entries}
         try:
             providers = Providers({e.key: e.value for e in entries
-                                   if keys.is_provider_key(e.key)})
+                                   if keys.is_provider_key(e.key)}, lookups=self.lookups)
         except ProviderError as e:
             entry = by_key.get(e.key or "config.providers")
             raise self.error(entry, e.key or "config.providers", str(e)) from None
@@ -284,7 +289,8 @@ class _Loader:
                               raw=_Redacted({k: e.value for k, e in self.raw.items()}),
                               deployment=self._deployment(layers),
                               secret_values=self.secrets,
-                              lines={k: e.line for k, e in self.raw.items()})
+                              lines={k: e.line for k, e in self.raw.items()},
+                              lookups=self.lookups)
 
     def _deployment(self, layers: Layers) -> str | None:
         entry = layers.top.get("mirrorline.deployment")

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Literal
 
+from mirrorline.core._config_providers import NO_LOOKUPS, ProviderLookups
 from mirrorline.core.offload import OffloadSettings
 from mirrorline.core.topics import offset_map_topic
 
@@ -253,6 +254,9 @@ class MirrorSettings:
     secret_values: frozenset[str] = field(default=frozenset(), repr=False)
     #: The line each key of `raw` was (last) set on, for messages found after loading.
     lines: Mapping[str, int] = field(default_factory=dict, repr=False)
+    #: What the config providers could read when the file was loaded; flows composed later
+    #: (`mirrorline.core.flowdefs`) resolve the file's own references with it again.
+    lookups: ProviderLookups = field(default=NO_LOOKUPS, repr=False, compare=False)
 
     def enabled_flows(self, targets: tuple[str, ...] | None = None) -> list[FlowSettings]:
         """Enabled flows, optionally only those whose target is in `targets` (like `--clusters`)."""
