@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Final, TypeVar
 
+from mirrorline.core import _config_decl as decl
 from mirrorline.core import _config_keys as keys
 from mirrorline.core import _config_values as values
 from mirrorline.core._config_flow import FlowBuilder
@@ -331,7 +332,7 @@ class _Loader:
                 if rest in PATTERN_KEYS and len(entry.value) > MAX_PATTERN_LIST:
                     raise self.error(entry, entry.key, (
                         f"is {len(entry.value)} characters long; at most {MAX_PATTERN_LIST}"))
-                reader = values.reader_for(rest)
+                reader = decl.reader_for(rest)
                 if reader is not None:
                     self.read(entry, reader)
                 if rest in PATTERN_KEYS:
@@ -340,7 +341,7 @@ class _Loader:
             for rest, entry in cluster_store.items():
                 relevant = (keys.is_connection_key(rest) or rest in keys.WORKER_KEYS
                             or rest.startswith(keys.CLIENT_PREFIXES))
-                reader = values.reader_for(rest)
+                reader = decl.reader_for(rest)
                 if relevant and reader is not None:
                     self.read(entry, reader)
 
