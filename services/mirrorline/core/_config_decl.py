@@ -6,7 +6,8 @@ MM2's default and Mirrorline's (and why they differ), what it does, and whether 
 acts on it yet. Everything else is derived from `SETTINGS`: the defaults and key sets of
 `_config_keys` (so the unknown-key and "did you mean" warnings of `_config_layers` and
 `typos`), the not-acted-on warnings, the readers of `reader_for`, `config check`'s list of
-changed defaults and the key reference `docs/configuration-keys.md` (`key_reference`).
+changed defaults and the key reference `docs/configuration-keys.md` (`key_reference`,
+written by `mirrorline dev docs`).
 """
 
 from __future__ import annotations
@@ -182,7 +183,9 @@ SETTINGS: Final[tuple[Setting, ...]] = (
                "legal, with a warning).", values.parse_separator),
     _flag("replication.policy.internal.topic.separator.enabled", "true",
           "Whether internal topic names use the separator too (read only with the separator)."),
-    _connector("replication.factor", _RF, "2", "Replication factor of new remote topics.",
+    _connector("replication.factor", _RF, "2",
+               "Replication factor of new remote topics (-1: the broker's "
+               "default.replication.factor, else min(3, brokers)).",
                values.parse_replication_factor, ours="-1",
                why="MM2's default fails on single-broker clusters; -1 asks the broker for "
                    "its default.replication.factor"),
@@ -266,7 +269,9 @@ SETTINGS: Final[tuple[Setting, ...]] = (
           "mm2: MM2's ACL rules; full: also prefixed and group ACLs, and removal of ACLs it "
           "made.", values.parse_acls_mode),
     _ours("mirrorline.executor", "workers, spark or auto", "auto",
-          "Where the flow's partitions run; auto offloads busy partitions to Spark.",
+          "Where the flow's partitions run: workers, spark, or auto (busy partitions on "
+          "Spark). A flow asking for exactly-once runs on the workers (auto becomes "
+          "workers; spark with exactly-once required is an error).",
           values.parse_executor),
     _ours("mirrorline.spark.offload.bytes.per.second", "bytes per second", "10485760",
           "A partition this busy (sustained) moves to Spark under auto.",
@@ -382,7 +387,7 @@ def key_reference() -> str:
         "# Configuration keys",
         "",
         "<!-- Generated from services/mirrorline/core/_config_decl.py by "
-        "`python -m mirrorline.dev.keydocs`; do not edit by hand. -->",
+        "`mirrorline dev docs`; do not edit by hand. -->",
         "",
         "Every key Mirrorline reads from an MM2 dedicated-mode properties file. *Level* says "
         "where a key may be written: `top` (no prefix), `cluster` (`<alias>.`), `target "
@@ -412,7 +417,10 @@ def key_reference() -> str:
     changed = [s for s in SETTINGS if s.mm2_default is not None and s.default is not None
                and s.default != s.mm2_default]
     lines += ["## Defaults that differ from MM2", "",
-              "Every other default is exactly MM2's.", "",
+              "MM2's defaults assume clusters of at least three brokers and a mirror that may "
+              "run ten minutes behind; on a small cluster they fail quietly (on one broker, "
+              "MM2 cannot create its offsets topic and copies nothing). Every other default "
+              "is exactly MM2's.", "",
               "| Key | MM2 default | Mirrorline default | Why |", "|---|---|---|---|"]
     lines += [f"| `{s.name}` | {_cell(s.mm2_default)} | {_cell(s.default)} | {s.why} |"
               for s in changed]
