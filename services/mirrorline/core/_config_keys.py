@@ -197,14 +197,12 @@ def cluster_level_status(rest: str) -> Status:
 
 # --- what an unknown key is compared with ("did you mean ...", `mirrorline.core.typos`) -----
 
-#: Whole keys with an effect at top level.
-TOP_LEVEL_KEYS: Final = (frozenset({"clusters", "use.defaults.from", "bootstrap.servers",
-                                    "security.protocol", PROVIDER_PREFIX})
-                         | FLOW_KEYS | WORKER_KEYS | EXACTLY_ONCE_KEYS
-                         | frozenset(DEPRECATED_ALIASES) | NAMING_ALIAS_KEYS | MIRRORLINE_KEYS)
-#: Whole keys with an effect after `<src>-><tgt>.`.
-FLOW_LEVEL_KEYS: Final = (FLOW_KEYS | WORKER_KEYS | EXACTLY_ONCE_KEYS
-                          | frozenset(DEPRECATED_ALIASES) | NAMING_ALIAS_KEYS)
+#: Whole keys with an effect at top level: every declared key may be written there.
+TOP_LEVEL_KEYS: Final = frozenset(s.name for s in SETTINGS)
+#: Whole keys with an effect after `<src>-><tgt>.`: the declared flow-level kinds.
+FLOW_LEVEL_KEYS: Final = frozenset(s.name for s in SETTINGS if s.kind in (
+    Kind.CONNECTOR, Kind.WORKER, Kind.MIRRORLINE_FLOW, Kind.NAMING, Kind.EXACTLY_ONCE,
+    Kind.DEPRECATED))
 #: Whole keys with an effect after `<alias>.`.
 CLUSTER_LEVEL_KEYS: Final = (frozenset({"bootstrap.servers", "security.protocol",
                                         "exactly.once.source.support"}) | WORKER_KEYS)
