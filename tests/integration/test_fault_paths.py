@@ -202,8 +202,8 @@ async def test_a_broken_cluster_delays_no_other_flow_and_invalid_flows_say_why(
     refresh intervals (before, every reconcile round waited for the broken one). A flow in
     the control log that does not fit the deployment, and garbage in the control log, are
     reported, not hidden."""
+    from mirrorline.configfile import load_config
     from mirrorline.controlplane.home import control_topics
-    from mirrorline.core.config import load_config
     from mirrorline.v1 import control_pb2, flows_pb2
 
     config = deployment_config(

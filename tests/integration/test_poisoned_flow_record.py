@@ -21,9 +21,9 @@ from grpc_health.v1 import health_pb2
 from helpers import Record, consume_all, create_topic, produce, wait_for
 from procs import ServiceProcess, deployment, deployment_config, free_port
 
+from mirrorline.configfile import load_config
 from mirrorline.controlplane.home import control_topics
 from mirrorline.controlplane.log import ControlLog
-from mirrorline.core.config import load_config
 from mirrorline.dev.brokers import LocalBroker
 from mirrorline.v1 import (
     admin_pb2,

@@ -76,6 +76,9 @@ def test_separator_and_internal_flag() -> None:
     ({"replication.policy.separator": "__",
       "replication.policy.internal.topic.separator.enabled": "yes"},
      "replication.policy.internal.topic.separator.enabled"),
+    # The loader's bounds hold here too: a separator repeated in every topic name.
+    ({"replication.policy.separator": "-" * 17}, "replication.policy.separator"),
+    ({"replication.policy.separator": "a/b"}, "replication.policy.separator"),
 ])
 def test_bad_policy_properties_name_the_key(props: dict[str, str], key: str) -> None:
     with pytest.raises(ConfigError) as e:

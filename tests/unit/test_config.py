@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from config_text import BASE, BASE_LINES, config_error, flow, load, warning_keys
 
+from mirrorline.configfile import load_config
 from mirrorline.core.config import (
     DEFAULTS,
     MIRRORLINE_DEFAULT_OVERRIDES,
     MM2_DEFAULTS,
-    load_config,
     parse_config,
 )
 from mirrorline.core.errors import ConfigError
@@ -88,12 +88,11 @@ def test_mm2_sample_file_loads() -> None:
     assert (a_b.replication_factor, a_b.checkpoints_topic_replication_factor,
             a_b.heartbeats_topic_replication_factor, a_b.offset_syncs_topic_replication_factor,
             a_b.offset_storage_replication_factor) == (1, 1, 1, 1, 1)
-    # The only keys without effect are the two Connect storage topics Mirrorline has no use for.
-    assert warning_keys(settings) == ["heartbeats.topic.replication.factor",
-                                      "status.storage.replication.factor",
+    # The only keys without effect are the two Connect storage topics Mirrorline has no use
+    # for; heartbeats.topic.replication.factor is the heartbeat service's, and acted on.
+    assert warning_keys(settings) == ["status.storage.replication.factor",
                                       "config.storage.replication.factor"]
-    assert "no effect yet" in settings.warnings[0].message
-    assert all("no effect in Mirrorline" in w.message for w in settings.warnings[1:])
+    assert all("no effect in Mirrorline" in w.message for w in settings.warnings)
 
 
 def test_load_config_reads_a_file(tmp_path: Path) -> None:
@@ -179,6 +178,7 @@ EXPECTED_DEFAULTS = {
     "target_cluster_alias": None,
     "canary": CanarySettings(enabled=True, interval_ms=1000, latency_slo_ms=5000),  # ours
     "audit": AuditSettings(enabled=True, window_ms=60000, grace_ms=10000),  # ours
+    "resume_tail_match": True,  # ours (mirrorline.resume.tail.match)
 }
 
 
@@ -191,6 +191,38 @@ def test_default_policy() -> None:
     policy = flow().policy
     assert (policy.kind, policy.separator, policy.internal_topic_separator_enabled) == (
         "default", None, True)
+
+
+@pytest.mark.parametrize(("extra", "facts"), [
+    ("", {"offset_syncs_topic": "mm2-offset-syncs.b.internal", "offset_syncs_cluster": "a",
+          "checkpoints_topic": "a.checkpoints.internal", "heartbeats_topic": "heartbeats",
+          "remote": "a.orders", "offset_map_topic": "mirrorline-offset-map.a.internal"}),
+    # MM2's naming aliases rename every topic name the flow derives -- the offset-syncs topic
+    # included (MirrorSourceConfig.offsetSyncsTopic()); the clusters holding them stay.
+    ("source.cluster.alias = east\ntarget.cluster.alias = west\n",
+     {"offset_syncs_topic": "mm2-offset-syncs.west.internal", "offset_syncs_cluster": "a",
+      "checkpoints_topic": "east.checkpoints.internal", "heartbeats_topic": "heartbeats",
+      "remote": "east.orders", "offset_map_topic": "mirrorline-offset-map.a.internal"}),
+    ("target.cluster.alias = west\noffset-syncs.topic.location = target\n"
+     "replication.policy.separator = _\n",
+     {"offset_syncs_topic": "mm2-offset-syncs_a_internal", "offset_syncs_cluster": "b",
+      "checkpoints_topic": "a_checkpoints_internal", "heartbeats_topic": "heartbeats",
+      "remote": "a_orders", "offset_map_topic": "mirrorline-offset-map.a.internal"}),
+])
+def test_derived_facts_follow_the_naming_aliases(extra: str, facts: dict[str, str]) -> None:
+    f = flow(extra)
+    assert {"offset_syncs_topic": f.offset_syncs_topic,
+            "offset_syncs_cluster": f.offset_syncs_cluster,
+            "checkpoints_topic": f.checkpoints_topic, "heartbeats_topic": f.heartbeats_topic,
+            "remote": f.remote_topic("orders"), "offset_map_topic": f.offset_map_topic} == facts
+
+
+def test_resume_tail_match_and_reset_policy_are_read_once() -> None:
+    f = flow("mirrorline.resume.tail.match = FALSE\na->b.consumer.auto.offset.reset = latest\n")
+    assert (f.resume_tail_match, f.auto_offset_reset) == (False, "latest")
+    assert (flow().resume_tail_match, flow().auto_offset_reset) == (True, "earliest")
+    error = config_error("mirrorline.resume.tail.match = no\n")
+    assert (error.key, error.line) == ("mirrorline.resume.tail.match", BASE_LINES + 1)
 
 
 def test_every_flow_setting_has_a_default_test() -> None:

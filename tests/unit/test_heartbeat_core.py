@@ -532,3 +532,22 @@ def test_faust_gets_the_target_clusters_security() -> None:
                               "sasl_plain_username": "u", "sasl_plain_password": "p"})
     assert isinstance(sasl, faust.SASLCredentials)
     assert (sasl.username, sasl.password, sasl.ssl_context) == ("u", "p", context)
+
+
+def test_the_target_audit_reads_the_remote_topics_named_with_the_naming_alias() -> None:
+    """With `source.cluster.alias` set, the replicator writes `east.orders`; the target side
+    of the audit (and the canary reader) must read that topic, not `a.orders`, or every
+    window reads as MISSING. (`_remote` is the one name mapping the reader uses; its app
+    is not needed to name topics.)"""
+    from typing import Any, cast
+
+    from mirrorline.core.config import parse_config
+    from mirrorline.heartbeat.audit_reader import AuditReader, FlowTopics
+
+    settings = parse_config("clusters = a, b\na.bootstrap.servers = x:1\n"
+                            "b.bootstrap.servers = y:1\na->b.enabled = true\n"
+                            "source.cluster.alias = east\n")
+    flow = settings.flows["a->b"]
+    reader = AuditReader(flow, "target", cast(Any, None), FlowTopics(), {})
+    assert reader._remote("orders") == "east.orders" == flow.remote_topic("orders")
+    assert flow.remote_topic(flow.canary_topic) == f"east.{flow.canary_topic}"

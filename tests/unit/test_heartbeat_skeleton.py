@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from mirrorline.checkpointer.service import CheckpointerService
-from mirrorline.core.config import load_config
+from mirrorline.configfile import load_config
 from mirrorline.core.errors import ConfigError
 from mirrorline.heartbeat.service import HeartbeatService
 

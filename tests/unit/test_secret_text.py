@@ -16,8 +16,8 @@ import pytest
 
 from mirrorline.cli.admin_format import format_flow
 from mirrorline.cli.config_check import print_summary
+from mirrorline.configfile import parse_config
 from mirrorline.core.audit import arguments
-from mirrorline.core.config import parse_config
 from mirrorline.core.errors import ConfigError
 from mirrorline.core.flowdefs import Definition, compose
 from mirrorline.kafka._jaas import parse_jaas

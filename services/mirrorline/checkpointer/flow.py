@@ -30,7 +30,7 @@ from mirrorline.core.checkpoints import (
     plan_group_offset_sync,
 )
 from mirrorline.core.filters import GroupFilter, TopicFilter
-from mirrorline.core.policy import checkpoint_topic_name, make_policy
+from mirrorline.core.policy import checkpoint_topic_name
 from mirrorline.core.settings import FlowSettings
 from mirrorline.core.stats import SampledStat
 from mirrorline.core.wire import Checkpoint
@@ -49,7 +49,7 @@ class FlowCheckpointer:
                  target_admin: ClusterAdmin, producer_kwargs: Mapping[str, Any],
                  source_consumer: Mapping[str, Any], target_consumer: Mapping[str, Any]) -> None:
         self.flow = flow
-        self.policy = make_policy(flow.policy, flow.naming_source)
+        self.policy = flow.replication_policy
         self.source_groups = GroupOffsets(source_admin)
         self.target_groups = GroupOffsets(target_admin)
         self._source_admin = source_admin
@@ -61,7 +61,7 @@ class FlowCheckpointer:
                                          target_consumer=target_consumer)
         self.topic_filter = TopicFilter(flow.topics, flow.topics_exclude)
         self.group_filter = GroupFilter(flow.groups, flow.groups_exclude)
-        self.checkpoints_topic = self.policy.checkpoints_topic(flow.naming_source)
+        self.checkpoints_topic = flow.checkpoints_topic
         self.store = CheckpointStore()
         self.groups: set[str] = set()
         #: group -> wall-clock ms of its newest checkpoint (for failover plans)

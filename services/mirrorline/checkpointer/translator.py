@@ -22,7 +22,6 @@ from mirrorline.core.offset_map import OffsetMap
 from mirrorline.core.offset_sync_store import OffsetSyncStore
 from mirrorline.core.policy import ReplicationPolicy
 from mirrorline.core.settings import FlowSettings
-from mirrorline.core.topics import offset_map_topic
 from mirrorline.core.translation import Translation, translate, why_not
 from mirrorline.core.wire import valid_sync
 from mirrorline.kafka.causes import unreachable
@@ -39,12 +38,10 @@ class FlowTranslator:
     def __init__(self, flow: FlowSettings, policy: ReplicationPolicy, *,
                  source_consumer: Mapping[str, Any], target_consumer: Mapping[str, Any]) -> None:
         self.flow = flow
-        at_source = flow.offset_syncs_topic_location == "source"
-        self.syncs_topic = policy.offset_syncs_topic(flow.naming_target if at_source
-                                                 else flow.naming_source)
-        self._syncs_kwargs = source_consumer if at_source else target_consumer
-        self._syncs_cluster = flow.source if at_source else flow.target
-        self.map_topic = offset_map_topic(flow.source)
+        self.syncs_topic = flow.offset_syncs_topic
+        self._syncs_kwargs = source_consumer if flow.offset_syncs_at_source else target_consumer
+        self._syncs_cluster = flow.offset_syncs_cluster
+        self.map_topic = flow.offset_map_topic
         self._map_kwargs = target_consumer
         self.syncs = OffsetSyncStore()
         self.map = OffsetMap()

@@ -3,8 +3,9 @@
 `config check` is the `nginx -t` of Mirrorline: it loads the file exactly as the services will
 (config providers resolved, every client setting translated, every TLS store loaded) without
 connecting anywhere, and prints what it understood -- the flows with their topic filters, the
-naming policy with example names, and each client's settings -- so an operator sees MM2's
-meaning of their file before anything runs. Secret values are masked: key names that hold
+naming policy with example names, each client's settings, and the declared defaults that
+differ from MM2's and are in effect -- so an operator sees MM2's meaning of their file
+before anything runs. Secret values are masked: key names that hold
 passwords, keys and JAAS configs, and every value a config provider resolved.
 """
 
@@ -17,9 +18,10 @@ from collections.abc import Mapping
 from typing import Any, TextIO
 
 from mirrorline import grpcsecure
-from mirrorline.core.config import load_config, mask
+from mirrorline.configfile import load_config
+from mirrorline.core._config_decl import SETTINGS
+from mirrorline.core.config import mask
 from mirrorline.core.errors import ConfigError
-from mirrorline.core.policy import make_policy
 from mirrorline.core.security import grpc_security
 from mirrorline.core.settings import FlowSettings, MirrorSettings
 
@@ -97,10 +99,16 @@ def print_summary(settings: MirrorSettings, out: TextIO, *, warnings: int) -> No
         print("  (none enabled: set <source>-><target>.enabled = true)", file=out)
     for flow in enabled:
         _print_flow(flow, secrets, out)
+    changed = changed_defaults(settings.raw)
+    if changed:
+        print("defaults that differ from MM2 (not set in this file; "
+              "docs/configuration-keys.md says why):", file=out)
+        for key, (mm2, ours) in changed.items():
+            print(f"  {key} = {ours} (MM2: {mm2})", file=out)
 
 
 def _print_flow(flow: FlowSettings, secrets: frozenset[str], out: TextIO) -> None:
-    policy = make_policy(flow.policy, flow.naming_source)
+    policy = flow.replication_policy
     separator = flow.policy.separator
     print(f"  {flow.name}:", file=out)
     for key, items in (("topics", flow.topics), ("topics.exclude", flow.topics_exclude),
@@ -113,14 +121,10 @@ def _print_flow(flow: FlowSettings, secrets: frozenset[str], out: TextIO) -> Non
           + (f", target.cluster.alias {flow.target_cluster_alias!r}"
              if flow.target_cluster_alias is not None else ""), file=out)
     print(f"      {_EXAMPLE_TOPIC} on {flow.source} -> "
-          f"{policy.format_remote_topic(flow.naming_source, _EXAMPLE_TOPIC)} on "
-          f"{flow.target}", file=out)
-    print(f"      checkpoints topic on {flow.target}: "
-          f"{policy.checkpoints_topic(flow.naming_source)}", file=out)
-    at_source = flow.offset_syncs_topic_location == "source"
-    syncs = policy.offset_syncs_topic(flow.naming_target if at_source else flow.naming_source)
-    where = flow.source if at_source else flow.target
-    print(f"      offset-syncs topic on {where}: {syncs}", file=out)
+          f"{flow.remote_topic(_EXAMPLE_TOPIC)} on {flow.target}", file=out)
+    print(f"      checkpoints topic on {flow.target}: {flow.checkpoints_topic}", file=out)
+    print(f"      offset-syncs topic on {flow.offset_syncs_cluster}: "
+          f"{flow.offset_syncs_topic}", file=out)
     print("    refresh: topics "
           + (f"every {flow.refresh_topics_interval_s:g}s" if flow.refresh_topics_enabled
              else "once at start")
@@ -136,6 +140,15 @@ def _print_flow(flow: FlowSettings, secrets: frozenset[str], out: TextIO) -> Non
                          ("target admin", c.target_admin)):
         print(f"    {name}:", file=out)
         _print_config(config, secrets, out, indent=6)
+
+
+def changed_defaults(raw: Mapping[str, str]) -> dict[str, tuple[str, str]]:
+    """Declared keys whose Mirrorline default differs from MM2's and that the file sets at
+    no level: key -> (MM2's default, Mirrorline's)."""
+    return {s.name: (s.mm2_default, s.default) for s in SETTINGS
+            if s.mm2_default is not None and s.default is not None
+            and s.default != s.mm2_default
+            and not any(k == s.name or k.endswith("." + s.name) for k in raw)}
 
 
 def _patterns(items: tuple[str, ...]) -> str:

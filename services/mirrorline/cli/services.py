@@ -13,8 +13,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from mirrorline import grpcsecure, logsecrets
+from mirrorline.configfile import load_config
 from mirrorline.controller.service import DEFAULT_LEASE_MS
-from mirrorline.core.config import load_config
 from mirrorline.core.errors import ConfigError, ListenError
 from mirrorline.core.security import bind_problem, grpc_security
 from mirrorline.core.settings import MirrorSettings

@@ -7,6 +7,7 @@ rather than inventing a Python-shaped configuration:
 * the policy comes from `replication.policy.class` / `.separator` /
   `.internal.topic.separator.enabled`, and an identity policy also reads
   `source.cluster.alias` (Java hands the policy *all* properties, so it sees that key too);
+  `mirrorline.core.config.policy_from_properties` reads them with the loader's own checks;
 * the admin and consumer configs keep only the connection keys (`bootstrap.servers`,
   `security.protocol`, `ssl.*`, `sasl.*`), with `admin.`/`consumer.`-prefixed values
   overriding the unprefixed ones.  Every other key is dropped silently, as MM2 drops it:
@@ -20,20 +21,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from mirrorline.core.errors import ConfigError
-from mirrorline.core.policy import (
-    DefaultReplicationPolicy,
-    IdentityReplicationPolicy,
-    ReplicationPolicy,
-    policy_kind,
-)
+from mirrorline.core.config import policy_from_properties
+from mirrorline.core.policy import ReplicationPolicy
 
 __all__ = ["MirrorClientConfig", "client_properties", "policy_from_properties"]
-
-POLICY_CLASS: Final = "replication.policy.class"
-SEPARATOR: Final = "replication.policy.separator"
-INTERNAL_SEPARATOR_ENABLED: Final = "replication.policy.internal.topic.separator.enabled"
-SOURCE_CLUSTER_ALIAS: Final = "source.cluster.alias"
 
 _CONNECTION_KEYS: Final = frozenset({"bootstrap.servers", "security.protocol"})
 _CONNECTION_PREFIXES: Final = ("ssl.", "sasl.")
@@ -54,41 +45,6 @@ def client_properties(properties: Mapping[str, str], prefix: str) -> dict[str, s
         if key.startswith(prefix) and _is_connection_key(key[len(prefix):]):
             result[key[len(prefix):]] = value
     return result
-
-
-def _flag(properties: Mapping[str, str], key: str, default: bool) -> bool:
-    """A ConfigDef BOOLEAN: `true`/`false` in any case, blanks trimmed; anything else fails."""
-    raw = properties.get(key)
-    if raw is None:
-        return default
-    value = raw.strip().lower()
-    if value not in ("true", "false"):
-        raise ConfigError(key, f"invalid value {raw!r}: must be true or false")
-    return value == "true"
-
-
-def policy_from_properties(properties: Mapping[str, str]) -> ReplicationPolicy:
-    """The policy MM2 would instantiate from these properties.
-
-    Only the two built-in policies exist in Python; any other class name is a ConfigError
-    rather than a silent fallback, because a wrong policy misreads every topic name.
-    """
-    class_name = properties.get(POLICY_CLASS, "DefaultReplicationPolicy")
-    kind = policy_kind(class_name)
-    if kind is None:
-        raise ConfigError(POLICY_CLASS, f"unknown replication policy {class_name.strip()!r}; "
-                          "use org.apache.kafka.connect.mirror.DefaultReplicationPolicy or "
-                          "org.apache.kafka.connect.mirror.IdentityReplicationPolicy")
-    raw_separator = properties.get(SEPARATOR)
-    # The separator (and with it the internal-separator flag) only counts when present.
-    separator = None if raw_separator is None else raw_separator.strip()
-    internal = _flag(properties, INTERNAL_SEPARATOR_ENABLED, True)
-    if kind == "identity":
-        alias = properties.get(SOURCE_CLUSTER_ALIAS)
-        return IdentityReplicationPolicy(
-            separator, internal,
-            source_cluster_alias=None if alias is None else alias.strip() or None)
-    return DefaultReplicationPolicy(separator, internal)
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,6 @@ from mirrorline.core.filters import (
     TopicFilter,
     should_replicate_topic,
 )
-from mirrorline.core.policy import make_policy
 from mirrorline.core.settings import FlowSettings
 from mirrorline.kafka.admin import ClusterAdmin, UnsupportedByBroker
 from mirrorline.kafka.capabilities import Capabilities, probe
@@ -69,7 +68,7 @@ class FlowSync:
     def __init__(self, flow: FlowSettings, *, source: ClusterAdmin, target: ClusterAdmin,
                  records: SyncRecords, clock: Callable[[], float] = time.time) -> None:
         self.flow = flow
-        self.policy = make_policy(flow.policy, flow.naming_source)
+        self.policy = flow.replication_policy
         self._source = source
         self._target = target
         self.records = records
@@ -78,8 +77,7 @@ class FlowSync:
         self._config_filter = ConfigPropertyFilter(flow.config_properties_exclude,
                                                    flow.use_defaults_from)
         self._rules = AclRules(replicates_topic=self.selects,
-                               remote_name=lambda t: self.policy.format_remote_topic(
-                                   flow.naming_source, t),
+                               remote_name=flow.remote_topic,
                                groups=GroupFilter(flow.groups, flow.groups_exclude),
                                mode=flow.sync_topic_acls_mode)
         self._timeout = max(1.0, flow.admin_timeout_ms / 1000)
@@ -94,7 +92,7 @@ class FlowSync:
         #: Source topic -> remote topic, for every topic replicated in an earlier round:
         #: how a vanished source is noticed under a policy that does not rename.
         self._seen: dict[str, str] = {}
-        self._renames = self.policy.format_remote_topic(flow.naming_source, "t") != "t"
+        self._renames = flow.remote_topic("t") != "t"
         self._refused: dict[tuple[str, str], tuple[str, str]] = {}
 
     def selects(self, topic: str) -> bool:
@@ -165,10 +163,10 @@ class FlowSync:
             upstream = self.policy.upstream_topic(candidate)
             if (upstream is not None and upstream not in source_topics
                     and self.selects(upstream)
-                    and candidate != self.policy.checkpoints_topic(flow.naming_source)):
+                    and candidate != flow.checkpoints_topic):
                 vanished[upstream] = candidate
         names = [t for t in selected if only is None or t == only]
-        remote = {t: self.policy.format_remote_topic(flow.naming_source, t) for t in names}
+        remote = {t: flow.remote_topic(t) for t in names}
         present = [t for t in names if remote[t] in target_topics]
         sync_configs = flow.sync_topic_configs_enabled
         source_configs: dict[str, list[ConfigEntry]] = {}
@@ -190,8 +188,7 @@ class FlowSync:
             # (and every later plan) reports it, not only the first one after it went.
             self._seen = {t: remote[t] for t in present} | vanished
         elif only not in selected and only not in vanished:
-            out.append(TopicDrift(only, self.policy.format_remote_topic(flow.naming_source,
-                                                                        only),
+            out.append(TopicDrift(only, flow.remote_topic(only),
                                   problem=f"{only!r} is not a source topic this flow "
                                           "replicates (topics, topics.exclude)"))
         return out
@@ -338,7 +335,7 @@ class FlowSync:
 
 def _about(binding: AclBinding, topic: str, sync: FlowSync) -> bool:
     return binding.resource_type == "TOPIC" and binding.name == \
-        sync.policy.format_remote_topic(sync.flow.naming_source, topic)
+        sync.flow.remote_topic(topic)
 
 
 def _shape(plan: DriftPlan) -> tuple[object, ...]:

@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mirrorline.core.assignment import PartitionKey
-from mirrorline.core.policy import make_policy
 from mirrorline.core.settings import FlowSettings
 from mirrorline.kafka.admin import ClusterAdmin
 from mirrorline.kafka.causes import explain, unreachable
@@ -138,7 +137,7 @@ class Discoveries:
             connecting = settings.target
             target = await self.admin(settings.target)
             connecting = None
-            policy = make_policy(settings.policy, settings.naming_source)
+            policy = settings.replication_policy
             discovery = TopicDiscovery(settings, policy, source=source, target=target)
             flow.result = await discovery.refresh()
             flow.error = None

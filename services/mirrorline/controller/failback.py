@@ -22,7 +22,6 @@ from mirrorline.core.failover import diverged
 from mirrorline.core.fencing import scrape_refusal
 from mirrorline.core.filters import GroupFilter, TopicFilter
 from mirrorline.core.flowdefs import Definition, flow_settings
-from mirrorline.core.policy import make_policy
 from mirrorline.core.settings import MirrorSettings
 from mirrorline.kafka.admin import ClusterAdmin, TopicSpec
 from mirrorline.kafka.clients import build, consumer_kwargs
@@ -66,7 +65,7 @@ class Failback:
         """Why a topic is not the flow's to scrape (`mirrorline.core.fencing`), or None."""
         flow = self._settings()
         topic_filter = TopicFilter(flow.topics, flow.topics_exclude)
-        policy = make_policy(flow.policy, self.record.source)
+        policy = flow.replication_policy
         return lambda topic: scrape_refusal(topic, topic_filter=topic_filter, policy=policy,
                                             target_alias=self.record.target)
 

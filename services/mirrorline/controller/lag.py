@@ -164,7 +164,7 @@ class UnownedLag:
         fresh = [tp for tp in tps if (tp.topic, tp.partition) not in progress]
         starts: dict[TopicPartition, int] = {}
         if fresh:
-            reset = flow.clients.source_consumer.get("auto.offset.reset", "earliest")
+            reset = flow.auto_offset_reset
             starts = (await clients.source.beginning_offsets(fresh)
                       if starts_at_source_start(reset) else {tp: ends[tp] for tp in fresh})
         positions: dict[PartitionKey, int] = {}

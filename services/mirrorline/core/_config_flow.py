@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Final, Literal, Protocol, TypeVar
 
+from mirrorline.core import _config_decl as decl
 from mirrorline.core import _config_keys as keys
 from mirrorline.core import _config_values as values
 from mirrorline.core._config_keys import DEFAULTS
@@ -51,6 +52,19 @@ class LoaderView(Protocol):
     def redacted(self, data: dict[str, str]) -> dict[str, str]: ...
 
 
+def _default(key: str, reader: Callable[[str], object]) -> str:
+    """The declared default of `key`, checking that the builder reads it with the declared
+    reader (one declaration per setting: the builder cannot drift from it)."""
+    setting = decl.by_name(key)
+    if setting is None or setting.default is None:
+        raise LookupError(f"{key}: read by the flow builder but declared without a default "
+                          "in core/_config_decl.py")
+    if setting.reader is not None and setting.reader is not reader:
+        raise LookupError(f"{key}: read with {reader.__name__}, declared with "
+                          f"{setting.reader.__name__} in core/_config_decl.py")
+    return setting.default
+
+
 class FlowBuilder:
     """Resolves one ordered pair `source->target`: flow level, then top level, then default."""
 
@@ -66,13 +80,13 @@ class FlowBuilder:
 
     def get(self, key: str, reader: Callable[[str], _T]) -> _T:
         entry = self.entry(key)
-        return reader(DEFAULTS[key]) if entry is None else self.loader.read(entry, reader)
+        return reader(_default(key, reader)) if entry is None else self.loader.read(entry, reader)
 
     def worker(self, key: str, reader: Callable[[str], _T]) -> _T:
         """Connect-worker keys: flow, then target cluster, then top level, then default."""
         entry = (self.flow.get(key) or self.layers.cluster(self.target).get(key)
                  or self.layers.top.get(key))
-        return reader(DEFAULTS[key]) if entry is None else self.loader.read(entry, reader)
+        return reader(_default(key, reader)) if entry is None else self.loader.read(entry, reader)
 
     def flag(self, key: str) -> bool:
         return self.get(key, values.parse_bool)
@@ -106,6 +120,10 @@ class FlowBuilder:
             internal_topic_separator_enabled=self.flag(
                 "replication.policy.internal.topic.separator.enabled"),
         )
+
+    def resume_tail_match(self) -> bool:
+        """`mirrorline.resume.tail.match` (default true), a boolean like MM2's flags."""
+        return self.get("mirrorline.resume.tail.match", values.parse_bool)
 
     def enabled(self) -> bool:
         """MM2: `s->t.enabled` decides; otherwise a top-level `enabled` counts, but only for
@@ -180,6 +198,7 @@ class FlowBuilder:
                                                     values.parse_acls_mode) == "full"
             else "mm2",
             offload=self.offload(),
+            resume_tail_match=self.resume_tail_match(),
         )
         flow = self._exactly_once_stays_on_workers(flow)
         if flow.enabled:

@@ -18,22 +18,25 @@ Kafka). Where Kafka silently leaves an unresolvable reference in the value, this
 `ProviderError`: a literal `${env:X}` as a password only fails much later, at the broker.
 
 Every resolved value is a secret: the caller hides any value that came out of a provider.
+
+No I/O here (`core/` stays pure): the environment and the files come in through
+`ProviderLookups`; `mirrorline.configfile` hands in the host's.
 """
 
 from __future__ import annotations
 
-import os
+import posixpath
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Final
 
 import re2
 
 from mirrorline.core.properties import last_wins, parse_properties
 
-__all__ = ["PROVIDER_CLASSES", "ProviderError", "Providers", "has_reference"]
+__all__ = ["NO_LOOKUPS", "PROVIDER_CLASSES", "ProviderError", "ProviderLookups", "Providers",
+           "has_reference"]
 
 _PACKAGE: Final = "org.apache.kafka.common.config.provider."
 #: Provider classes that ship with Kafka -> the kind Mirrorline implements.
@@ -58,6 +61,39 @@ class ProviderError(ValueError):
         self.key = key
 
 
+def _no_file(path: str) -> bytes:
+    raise OSError(f"no files can be read here ({path})")
+
+
+def _no_variable(name: str) -> str | None:
+    return None
+
+
+def _not_a_file(path: str) -> bool:
+    return False
+
+
+@dataclass(frozen=True)
+class ProviderLookups:
+    """Where providers look things up: the environment and the file system, as callables
+    (the caller decides what they reach; the default reaches nothing). Kept with the
+    settings (`MirrorSettings.lookups`): a flow composed later resolves the file's own
+    references again. Module-level functions keep it picklable."""
+
+    #: The value of an environment variable `${env:...}` names, or None when unset.
+    variable: Callable[[str], str | None] = _no_variable
+    #: The bytes of a file; raises OSError when it cannot be read.
+    read_file: Callable[[str], bytes] = _no_file
+    #: Whether a path names a regular file.
+    is_file: Callable[[str], bool] = _not_a_file
+    #: A path made absolute (against the working directory) and normalised.
+    absolute: Callable[[str], str] = posixpath.normpath
+
+
+#: No environment, no files: what a configuration that is not the operator's file gets.
+NO_LOOKUPS: Final = ProviderLookups()
+
+
 def has_reference(value: str) -> bool:
     return _REFERENCE.search(value) is not None
 
@@ -73,9 +109,9 @@ class Providers:
     """The providers a file declares; `resolve` replaces every reference in a value."""
 
     def __init__(self, top: Mapping[str, str], *,
-                 environ: Mapping[str, str] | None = None) -> None:
+                 lookups: ProviderLookups = NO_LOOKUPS) -> None:
         """`top`: the file's top-level keys (`config.providers*`) with their values."""
-        self._environ = os.environ if environ is None else environ
+        self._lookups = lookups
         self._providers: dict[str, _Provider] = {}
         names = [n.strip() for n in top.get("config.providers", "").split(",") if n.strip()]
         for name in names:
@@ -111,14 +147,14 @@ class Providers:
                     f"refers to config provider {name!r}, which is not declared (declared: "
                     f"{declared}); add it to config.providers and set "
                     f"config.providers.{name}.class")
-            resolved = _READERS[provider.kind](provider, path or "", key, self._environ)
+            resolved = _READERS[provider.kind](provider, path or "", key, self._lookups)
             secrets.append(resolved)
             return resolved
 
         return _REFERENCE.sub(replace, value), secrets
 
 
-def _env(provider: _Provider, path: str, key: str, environ: Mapping[str, str]) -> str:
+def _env(provider: _Provider, path: str, key: str, lookups: ProviderLookups) -> str:
     """EnvVarConfigProvider: `${env:VAR}`; no path; `allowlist.pattern` limits the names."""
     if path:
         raise ProviderError(f"${{{provider.name}:{path}:{key}}}: the environment provider "
@@ -127,20 +163,21 @@ def _env(provider: _Provider, path: str, key: str, environ: Mapping[str, str]) -
     if allow is not None and re.fullmatch(allow, key) is None:
         raise ProviderError(f"environment variable {key!r} is not allowed by "
                             f"config.providers.{provider.name}.param.allowlist.pattern")
-    if key not in environ:
+    value = lookups.variable(key)
+    if value is None:
         raise ProviderError(f"environment variable {key!r} (${{{provider.name}:{key}}}) is "
                             "not set")
-    return environ[key]
+    return value
 
 
-def _allowed(provider: _Provider, path: str) -> None:
+def _allowed(provider: _Provider, path: str, lookups: ProviderLookups) -> None:
     """Kafka's `allowed.paths` parameter: only files under these absolute paths."""
     allowed = provider.params.get("allowed.paths")
     if not allowed:
         return
-    target = os.path.normpath(os.path.abspath(path))
-    roots = [os.path.normpath(p.strip()) for p in allowed.split(",") if p.strip()]
-    relative = next((r for r in roots if not os.path.isabs(r)), None)
+    target = lookups.absolute(path)
+    roots = [posixpath.normpath(p.strip()) for p in allowed.split(",") if p.strip()]
+    relative = next((r for r in roots if not posixpath.isabs(r)), None)
     if relative is not None:  # as Kafka's AllowedPaths: every allowed path is absolute
         raise ProviderError(f"config.providers.{provider.name}.param.allowed.paths: "
                             f"{relative!r} is not an absolute path",
@@ -150,15 +187,15 @@ def _allowed(provider: _Provider, path: str) -> None:
                             f"allowed.paths ({allowed})")
 
 
-def _file(provider: _Provider, path: str, key: str, environ: Mapping[str, str]) -> str:
+def _file(provider: _Provider, path: str, key: str, lookups: ProviderLookups) -> str:
     """FileConfigProvider: `${file:/path/to/file.properties:key}` -- a key of a properties
     file, read with Java properties syntax."""
     if not path:
         raise ProviderError(f"${{{provider.name}::{key}}}: the file provider needs a path, "
                             f"e.g. ${{{provider.name}:/etc/mm2/secrets.properties:{key}}}")
-    _allowed(provider, path)
+    _allowed(provider, path, lookups)
     try:
-        data = Path(path).read_bytes()
+        data = lookups.read_file(path)
     except OSError as e:
         raise ProviderError(f"cannot read {path} for ${{{provider.name}:...}}: "
                             f"{e.strerror or e}") from None
@@ -172,24 +209,24 @@ def _file(provider: _Provider, path: str, key: str, environ: Mapping[str, str]) 
     return entries[key].value
 
 
-def _directory(provider: _Provider, path: str, key: str, environ: Mapping[str, str]) -> str:
+def _directory(provider: _Provider, path: str, key: str, lookups: ProviderLookups) -> str:
     """DirectoryConfigProvider: `${dir:/path/to/dir:name}` -- the whole content of the
     regular file `name` directly inside the directory (how Kubernetes mounts a secret)."""
     if not path:
         raise ProviderError(f"${{{provider.name}::{key}}}: the directory provider needs a "
                             f"directory, e.g. ${{{provider.name}:/etc/mm2/secrets:{key}}}")
-    _allowed(provider, path)
+    _allowed(provider, path, lookups)
     if "/" in key or key in ("", ".", ".."):
         raise ProviderError(f"{key!r} is not a file name inside {path}")
-    file = Path(path) / key
-    if not file.is_file():
+    file = posixpath.join(path, key)
+    if not lookups.is_file(file):
         raise ProviderError(f"{file} is not a regular file")
     try:
-        return file.read_bytes().decode("utf-8")
+        return lookups.read_file(file).decode("utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise ProviderError(f"cannot read {file}: {e}") from None
 
 
-_READERS: Final[dict[str, Callable[[_Provider, str, str, Mapping[str, str]], str]]] = {
+_READERS: Final[dict[str, Callable[[_Provider, str, str, ProviderLookups], str]]] = {
     "env": _env, "file": _file, "directory": _directory,
 }

@@ -12,7 +12,6 @@ import re
 from collections.abc import Callable
 from typing import Final
 
-from mirrorline.core import _config_keys as keys
 from mirrorline.core.errors import quoted
 from mirrorline.core.policy import PolicyKind, policy_kind
 
@@ -26,15 +25,25 @@ _TOPIC_CHARS: Final = re.compile(r"[A-Za-z0-9._-]+")
 _INLINE_COMMENT: Final = re.compile(r"\s#")
 _JAVA_LONG_MAX: Final = 2**63 - 1
 _JAVA_SHORT_MAX: Final = 2**15 - 1
+#: The longest `replication.policy.separator`: it is repeated in every remote topic name,
+#: and topic names are limited to 249 characters.
+MAX_SEPARATOR: Final = 16
 
 
 class BadValue(ValueError):
     """A value that does not fit its key; the message is safe to show (no secret inside)."""
 
 
+def is_secret(key: str) -> bool:
+    """Keys whose values must never be shown (Kafka's PASSWORD-typed configs and friends)."""
+    lowered = key.lower()
+    return ("password" in lowered or "secret" in lowered
+            or lowered.endswith(("sasl.jaas.config", "ssl.keystore.key")))
+
+
 def shown(key: str, value: str) -> str:
     """The value as it may appear in a message: quoted, or hidden for secret keys."""
-    return "[hidden]" if keys.is_secret(key) else quoted(value)
+    return "[hidden]" if is_secret(key) else quoted(value)
 
 
 def parse_bool(value: str) -> bool:
@@ -138,22 +147,13 @@ def parse_policy_class(value: str) -> PolicyKind:
 
 def parse_separator(value: str) -> str:
     """Empty is allowed, as in MM2 (names become `<alias><topic>`); the loader warns."""
+    if len(value) > MAX_SEPARATOR:
+        raise BadValue(f"is {len(value)} characters long; at most {MAX_SEPARATOR} "
+                       "(topic names are limited to 249 characters)")
     if value and not _TOPIC_CHARS.fullmatch(value):
         raise BadValue("may contain only the characters allowed in topic names "
                        "(letters, digits, '.', '_', '-')")
     return value
-
-
-def _filter_class(key: str) -> Callable[[str], str]:
-    accepted = keys.FILTER_CLASSES[key]
-
-    def parse(value: str) -> str:
-        if value not in accepted:
-            raise BadValue(f"custom filter classes cannot run in Mirrorline; remove the key "
-                           f"or set it to {keys.MM2_DEFAULTS[key]} and use the pattern "
-                           f"lists instead")
-        return value
-    return parse
 
 
 def alias_problem(alias: str) -> str | None:
@@ -163,49 +163,4 @@ def alias_problem(alias: str) -> str | None:
     if not _TOPIC_CHARS.fullmatch(alias):
         return (f"cluster alias {alias!r} contains characters that are not allowed in topic "
                 "names (only letters, digits, '.', '_', '-')")
-    return None
-
-
-#: Readers for keys with a fixed type (after any level prefix is stripped).
-EXACT: Final[dict[str, Callable[[str], object]]] = {
-    "offset-syncs.topic.location": parse_location,
-    "use.defaults.from": parse_use_defaults_from,
-    "sync.mode": parse_sync_mode,
-    "sync.topic.acls.mode": parse_acls_mode,
-    "replication.policy.class": parse_policy_class,
-    "replication.policy.separator": parse_separator,
-    "offset.lag.max": parse_non_negative,
-    "consumer.poll.timeout.ms": parse_non_negative,
-    "offset.flush.interval.ms": parse_non_negative,
-    "admin.timeout.ms": parse_non_negative,
-    "canary.interval.ms": parse_positive,
-    "canary.latency.slo.ms": parse_positive,
-    "audit.window.ms": parse_positive,
-    "audit.grace.ms": parse_non_negative,
-    "audit.missing.after.ms": parse_non_negative,
-    **{key: parse_bool for key, default in keys.DEFAULTS.items()
-       if default in ("true", "false")},
-    **{key: _filter_class(key) for key in keys.FILTER_CLASSES},
-    "mirrorline.executor": parse_executor,
-    "mirrorline.spark.offload.bytes.per.second": parse_non_negative,
-    "mirrorline.spark.offload.sustain.seconds": parse_non_negative,
-    "mirrorline.spark.offload.lag.records": parse_non_negative,
-    "mirrorline.spark.reclaim.lag.records": parse_non_negative,
-    "enabled": parse_enabled,
-    "source.cluster.alias": parse_naming_alias,
-    "target.cluster.alias": parse_naming_alias,
-}
-
-
-def reader_for(key: str) -> Callable[[str], object] | None:
-    """The reader that validates `key`'s value, by exact name or by name family."""
-    reader = EXACT.get(key)
-    if reader is not None:
-        return reader
-    if key == "security.protocol" or key.endswith(".security.protocol"):
-        return parse_security_protocol
-    if key.endswith(".interval.seconds"):
-        return parse_non_negative
-    if key == "replication.factor" or key.endswith(".replication.factor"):
-        return parse_replication_factor
     return None

@@ -14,7 +14,6 @@ from typing import Final
 from mirrorline.core import _config_keys as keys
 from mirrorline.core import _config_values as values
 from mirrorline.core._config_layers import Layers
-from mirrorline.core.policy import make_policy
 from mirrorline.core.properties import Property
 from mirrorline.core.settings import ConfigWarning, FlowSettings
 
@@ -86,8 +85,7 @@ def separator_warnings(layers: Layers,
                 or entry.line in seen):
             continue
         seen.add(entry.line)
-        example = make_policy(flow.policy, flow.naming_source).format_remote_topic(
-            flow.naming_source, "orders")
+        example = flow.remote_topic("orders")
         out.append(ConfigWarning(entry.key, (
             "is empty: remote topics are named <source alias><topic> with nothing in "
             f"between (as in MM2; {flow.name} copies orders to {example}). A name can then "

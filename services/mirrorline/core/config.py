@@ -11,10 +11,10 @@ Messages never contain secret values; use `redact` to print a configuration.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Final, TypeVar
 
+from mirrorline.core import _config_decl as decl
 from mirrorline.core import _config_keys as keys
 from mirrorline.core import _config_values as values
 from mirrorline.core._config_flow import FlowBuilder
@@ -30,7 +30,13 @@ from mirrorline.core._config_layers import (
     split_levels,
     unknown_key_warnings,
 )
-from mirrorline.core._config_providers import ProviderError, Providers, has_reference
+from mirrorline.core._config_providers import (
+    NO_LOOKUPS,
+    ProviderError,
+    ProviderLookups,
+    Providers,
+    has_reference,
+)
 from mirrorline.core._config_warnings import (
     JAVA_TRIM,
     PATTERN_KEYS,
@@ -40,12 +46,14 @@ from mirrorline.core._config_warnings import (
 )
 from mirrorline.core.errors import ConfigError
 from mirrorline.core.filters import compile_patterns, parse_list
+from mirrorline.core.policy import ReplicationPolicy, make_policy
 from mirrorline.core.properties import Property, duplicates, last_wins, parse_properties
 from mirrorline.core.settings import (
     ClusterSettings,
     ConfigWarning,
     FlowSettings,
     MirrorSettings,
+    PolicySettings,
 )
 from mirrorline.core.typos import or_list
 
@@ -55,9 +63,12 @@ __all__ = [
     "MIRRORLINE_DEFAULT_OVERRIDES",
     "MIRRORLINE_KEYS",
     "MM2_DEFAULTS",
-    "load_config",
+    "NO_LOOKUPS",
+    "ProviderLookups",
+    "decode_config",
     "mask",
     "parse_config",
+    "policy_from_properties",
     "redact",
 ]
 
@@ -133,36 +144,58 @@ class _Redacted(dict[str, str]):
 
 #: Bounds that keep one file (or one imported request) from costing unbounded work.
 MAX_CLUSTERS = 64
-MAX_SEPARATOR = 16
+MAX_SEPARATOR = values.MAX_SEPARATOR
 MAX_PATTERN_LIST = 16_384
 
 
-def load_config(path: str | os.PathLike[str]) -> MirrorSettings:
-    """Read and resolve the MM2 properties file at `path`."""
-    name = os.fspath(path)
+def policy_from_properties(properties: Mapping[str, str]) -> ReplicationPolicy:
+    """The policy MM2's `MirrorClientConfig` builds from one flat property map, with the
+    values checked exactly as the loader checks them in a file (a bad one is a
+    `ConfigError` naming the key): `replication.policy.class`, `.separator`,
+    `.internal.topic.separator.enabled`, and `source.cluster.alias` for the identity policy
+    (Java hands the policy every property)."""
+    def read(key: str, reader: Callable[[str], _T]) -> _T | None:
+        raw = properties.get(key)
+        if raw is None:
+            return None
+        try:
+            return reader(raw.strip(JAVA_TRIM))
+        except values.BadValue as e:
+            raise ConfigError(key, f"invalid value {values.shown(key, raw)}: {e}") from None
+
+    kind = read("replication.policy.class", values.parse_policy_class) or "default"
+    internal = read("replication.policy.internal.topic.separator.enabled", values.parse_bool)
+    alias = read("source.cluster.alias", values.parse_naming_alias)
+    return make_policy(PolicySettings(
+        kind=kind, separator=read("replication.policy.separator", values.parse_separator),
+        internal_topic_separator_enabled=True if internal is None else internal),
+        alias or None)
+
+
+def decode_config(data: bytes) -> str:
+    """The text of a configuration file's bytes: UTF-8 (a byte-order mark skipped), else
+    ISO-8859-1 (MM2's encoding) when the bytes are not valid UTF-8."""
     try:
-        with open(name, "rb") as handle:
-            data = handle.read()
-    except OSError as e:
-        raise ConfigError(None, f"cannot read the configuration file: {e.strerror or e}",
-                          source=name) from None
-    try:
-        text = data.decode("utf-8-sig")
+        return data.decode("utf-8-sig")
     except UnicodeDecodeError:
-        text = data.decode("iso-8859-1")
-    return parse_config(text, source=name)
+        return data.decode("iso-8859-1")
 
 
-def parse_config(text: str, *, source: str | None = None) -> MirrorSettings:
-    """Resolve MM2 properties text; `source` names the file in messages."""
-    return _Loader(parse_properties(text, source=source), source).load()
+def parse_config(text: str, *, source: str | None = None,
+                 lookups: ProviderLookups = NO_LOOKUPS) -> MirrorSettings:
+    """Resolve MM2 properties text; `source` names the file in messages; `lookups`: what
+    the config providers may read (the default: no environment, no files --
+    `mirrorline.configfile` passes the host's)."""
+    return _Loader(parse_properties(text, source=source), source, lookups).load()
 
 
 class _Loader:
     """One run of the loader over one file; holds what every step needs."""
 
-    def __init__(self, entries: list[Property], source: str | None) -> None:
+    def __init__(self, entries: list[Property], source: str | None,
+                 lookups: ProviderLookups) -> None:
         self.source = source
+        self.lookups = lookups
         self.raw = last_wins(entries)
         self.warnings: list[ConfigWarning] = [
             ConfigWarning(later.key, f"set more than once (lines {earlier.line} and "
@@ -182,7 +215,7 @@ class _Loader:
         by_key = {e.key: e for e in entries}
         try:
             providers = Providers({e.key: e.value for e in entries
-                                   if keys.is_provider_key(e.key)})
+                                   if keys.is_provider_key(e.key)}, lookups=self.lookups)
         except ProviderError as e:
             entry = by_key.get(e.key or "config.providers")
             raise self.error(entry, e.key or "config.providers", str(e)) from None
@@ -257,7 +290,8 @@ class _Loader:
                               raw=_Redacted({k: e.value for k, e in self.raw.items()}),
                               deployment=self._deployment(layers),
                               secret_values=self.secrets,
-                              lines={k: e.line for k, e in self.raw.items()})
+                              lines={k: e.line for k, e in self.raw.items()},
+                              lookups=self.lookups)
 
     def _deployment(self, layers: Layers) -> str | None:
         entry = layers.top.get("mirrorline.deployment")
@@ -295,14 +329,10 @@ class _Loader:
         """Check the type of every value that has one, wherever it is written."""
         for store in (layers.top, *layers.flows.values()):
             for rest, entry in store.items():
-                if rest == "replication.policy.separator" and len(entry.value) > MAX_SEPARATOR:
-                    raise self.error(entry, entry.key, (
-                        f"is {len(entry.value)} characters long; at most {MAX_SEPARATOR} "
-                        "(topic names are limited to 249 characters)"))
                 if rest in PATTERN_KEYS and len(entry.value) > MAX_PATTERN_LIST:
                     raise self.error(entry, entry.key, (
                         f"is {len(entry.value)} characters long; at most {MAX_PATTERN_LIST}"))
-                reader = values.reader_for(rest)
+                reader = decl.reader_for(rest)
                 if reader is not None:
                     self.read(entry, reader)
                 if rest in PATTERN_KEYS:
@@ -311,7 +341,7 @@ class _Loader:
             for rest, entry in cluster_store.items():
                 relevant = (keys.is_connection_key(rest) or rest in keys.WORKER_KEYS
                             or rest.startswith(keys.CLIENT_PREFIXES))
-                reader = values.reader_for(rest)
+                reader = decl.reader_for(rest)
                 if relevant and reader is not None:
                     self.read(entry, reader)
 

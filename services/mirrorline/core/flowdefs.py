@@ -159,7 +159,7 @@ def compose(deployment: MirrorSettings, definitions: Iterable[Definition], *,
         check_references(deployment, d)
         lines.append(format_property(f"{d.name}.enabled", "true"))
         lines.extend(format_property(f"{d.name}.{k}", v) for k, v in sorted(d.properties.items()))
-    return parse_config("\n".join(lines) + "\n", source=source)
+    return parse_config("\n".join(lines) + "\n", source=source, lookups=deployment.lookups)
 
 
 def flow_settings(deployment: MirrorSettings, definition: Definition) -> FlowSettings:

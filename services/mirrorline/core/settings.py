@@ -10,9 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from functools import cached_property
+from typing import TYPE_CHECKING, Literal
 
+from mirrorline.core._config_providers import NO_LOOKUPS, ProviderLookups
 from mirrorline.core.offload import OffloadSettings
+from mirrorline.core.topics import offset_map_topic
+
+if TYPE_CHECKING:
+    from mirrorline.core.policy import ReplicationPolicy
 
 OffsetSyncsLocation = Literal["source", "target"]
 
@@ -134,10 +140,76 @@ class FlowSettings:
     #: The heartbeat service's canary and audit (Mirrorline keys, no MM2 equivalent).
     canary: CanarySettings = field(default_factory=CanarySettings)
     audit: AuditSettings = field(default_factory=AuditSettings)
+    #: `mirrorline.resume.tail.match`: a resuming owner matches the target's tail against the
+    #: source (False: durable progress alone, at-least-once as MM2).
+    resume_tail_match: bool = True
+
+    # -- facts derived from the settings, computed here and nowhere else ------------------
+    # (as MM2's MirrorSourceConfig.offsetSyncsTopic() and MirrorCheckpointConfig do): every
+    # service, the Spark executor and the client library ask these instead of recomputing.
 
     @property
     def name(self) -> str:
         return f"{self.source}->{self.target}"
+
+    @cached_property
+    def replication_policy(self) -> ReplicationPolicy:
+        """The flow's replication policy; an identity policy knows the naming source alias
+        (MM2 hands `source.cluster.alias` to the policy)."""
+        from mirrorline.core.policy import make_policy  # policy imports this module
+        return make_policy(self.policy, self.naming_source)
+
+    def remote_topic(self, topic: str) -> str:
+        """The name `topic` of the source gets on the target."""
+        return self.replication_policy.format_remote_topic(self.naming_source, topic)
+
+    @property
+    def offset_syncs_at_source(self) -> bool:
+        """Whether the offset-syncs topic lives on the source (`offset-syncs.topic.location`)."""
+        return self.offset_syncs_topic_location == "source"
+
+    @property
+    def offset_syncs_cluster(self) -> str:
+        """The alias (in `clusters`) of the cluster that holds the offset-syncs topic."""
+        return self.source if self.offset_syncs_at_source else self.target
+
+    @property
+    def offset_syncs_topic(self) -> str:
+        """MM2's `MirrorSourceConfig.offsetSyncsTopic()`: named after the *other* cluster,
+        in its naming alias (`target.cluster.alias` / `source.cluster.alias`)."""
+        return self.replication_policy.offset_syncs_topic(
+            self.naming_target if self.offset_syncs_at_source else self.naming_source)
+
+    @property
+    def checkpoints_topic(self) -> str:
+        """MM2's `MirrorCheckpointConfig.checkpointsTopic()`, on the target."""
+        return self.replication_policy.checkpoints_topic(self.naming_source)
+
+    @property
+    def heartbeats_topic(self) -> str:
+        """The heartbeats topic a heartbeat emitter writes on the target."""
+        return self.replication_policy.heartbeats_topic()
+
+    @property
+    def canary_topic(self) -> str:
+        """The canary topic the heartbeat service writes on the source."""
+        return self.replication_policy.canary_topic()
+
+    @property
+    def offset_map_topic(self) -> str:
+        """Mirrorline's dense offset map on the target (real source alias)."""
+        return offset_map_topic(self.source)
+
+    @property
+    def auto_offset_reset(self) -> str:
+        """The source consumer's `auto.offset.reset`: where a partition without any known
+        position starts (`earliest`, `latest` or `none`)."""
+        return self.clients.source_consumer.get("auto.offset.reset", "earliest")
+
+    @property
+    def deployment(self) -> str | None:
+        """`mirrorline.deployment`, as the flow's properties carry it."""
+        return self.properties.get("mirrorline.deployment")
 
     @property
     def naming_source(self) -> str:
@@ -182,6 +254,9 @@ class MirrorSettings:
     secret_values: frozenset[str] = field(default=frozenset(), repr=False)
     #: The line each key of `raw` was (last) set on, for messages found after loading.
     lines: Mapping[str, int] = field(default_factory=dict, repr=False)
+    #: What the config providers could read when the file was loaded; flows composed later
+    #: (`mirrorline.core.flowdefs`) resolve the file's own references with it again.
+    lookups: ProviderLookups = field(default=NO_LOOKUPS, repr=False, compare=False)
 
     def enabled_flows(self, targets: tuple[str, ...] | None = None) -> list[FlowSettings]:
         """Enabled flows, optionally only those whose target is in `targets` (like `--clusters`)."""

@@ -33,7 +33,6 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from mirrorline.core import record_audit as audit
 from mirrorline.core.filters import TopicFilter, should_replicate_topic
-from mirrorline.core.policy import make_policy
 from mirrorline.core.settings import FlowSettings
 from mirrorline.heartbeat.audit_app import AuditApp, cadence_s
 from mirrorline.heartbeat.retrying import Retrying
@@ -84,7 +83,7 @@ class AuditReader(Retrying):
         self.side = side
         self.app = app
         self.topics = topics
-        self.policy = make_policy(flow.policy, flow.source)
+        self.policy = flow.replication_policy
         self._filter = TopicFilter(flow.topics, flow.topics_exclude)
         kwargs = dict(consumer_kwargs)
         kwargs.pop("group_id", None)
@@ -98,8 +97,7 @@ class AuditReader(Retrying):
         self.records = 0
 
     def _remote(self, topic: str) -> str:
-        return topic if self.side == "source" else self.policy.format_remote_topic(
-            self.flow.source, topic)
+        return topic if self.side == "source" else self.flow.remote_topic(topic)
 
     def _describe(self, exc: Exception) -> tuple[str, str]:
         reason = unreachable(self.cluster, exc, self._kwargs.get("bootstrap_servers"),

@@ -15,7 +15,6 @@ import time
 from typing import TYPE_CHECKING
 
 from mirrorline.core.canary import FlowCanary, PartitionState
-from mirrorline.core.policy import make_policy
 from mirrorline.core.settings import FlowSettings
 from mirrorline.heartbeat.audit_app import AuditApp
 from mirrorline.heartbeat.audit_reader import AuditReader, FlowTopics
@@ -77,10 +76,8 @@ class FlowProbe:
                                           window_ms=flow.audit.window_ms, states=states,
                                           started_ms=now, startup_ms=startup)
         service.canary_sender(flow).flows.append(canary)
-        policy = make_policy(flow.policy, flow.source)
         self.canary_reader = CanaryReader(
-            flow.name, flow.target, policy.format_remote_topic(flow.source,
-                                                               policy.canary_topic()),
+            flow.name, flow.target, flow.remote_topic(flow.canary_topic),
             canary, consumer_kwargs=cluster_kwargs(
                 service.settings, flow.target, "consumer", f"heartbeat-{flow.name}-canary"),
             since_ms=now, app=lambda: service.apps.get(target),

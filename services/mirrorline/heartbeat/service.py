@@ -93,7 +93,7 @@ class HeartbeatService(FlowService[FlowProbe]):
     def _policy(self, alias: str) -> ReplicationPolicy:
         for flow in self.settings.flows.values():
             if flow.target == alias:
-                return make_policy(flow.policy)
+                return make_policy(flow.policy)  # a cluster's, not one flow's
         return DefaultReplicationPolicy()
 
     def _emitter(self, target: str, pairs: list[FlowSettings]) -> HeartbeatEmitter:
@@ -103,7 +103,7 @@ class HeartbeatService(FlowService[FlowProbe]):
                                            f"heartbeat-{target}-heartbeats"),
             admin_kwargs=cluster_kwargs(self.settings, target, "admin",
                                         f"heartbeat-{target}-admin"),
-            topic=make_policy(pairs[0].policy).heartbeats_topic())
+            topic=pairs[0].heartbeats_topic)
 
     # -- the flows, as the runners hold them ----------------------------------------------
     @property
@@ -189,9 +189,8 @@ class HeartbeatService(FlowService[FlowProbe]):
         least as often as the flow's canary asks."""
         sender = self.senders.get(flow.source)
         if sender is None:
-            policy = make_policy(flow.policy, flow.source)
             sender = self.senders[flow.source] = CanarySender(
-                flow.source, policy.canary_topic(), flow.canary.interval_ms,
+                flow.source, flow.canary_topic, flow.canary.interval_ms,
                 producer_kwargs=cluster_kwargs(self.settings, flow.source, "producer",
                                                f"heartbeat-{flow.source}-canary"),
                 admin_kwargs=cluster_kwargs(self.settings, flow.source, "admin",

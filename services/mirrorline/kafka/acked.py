@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from mirrorline.core.offset_syncs import OffsetSyncPlanner
 from mirrorline.core.policy import ReplicationPolicy
 from mirrorline.core.settings import FlowSettings
-from mirrorline.core.topics import OFFSET_MAP_RETENTION_MS, offset_map_topic
+from mirrorline.core.topics import OFFSET_MAP_RETENTION_MS
 from mirrorline.kafka.admin import TopicSpec
 from mirrorline.kafka.bookkeeping import OffsetMapWriter, OffsetSyncSender
 from mirrorline.kafka.flowclients import FlowClients
@@ -47,16 +47,14 @@ class FlowBookkeeping:
         await progress.ensure_topic(clients.target_admin)
         planner = sender = None
         if flow.emit_offset_syncs_enabled:
-            at_source = flow.offset_syncs_topic_location == "source"
-            topic = policy.offset_syncs_topic(flow.naming_target if at_source
-                                              else flow.naming_source)
-            admin = clients.source_admin if at_source else clients.target_admin
+            topic = flow.offset_syncs_topic
+            admin = clients.source_admin if flow.offset_syncs_at_source else clients.target_admin
             await admin.ensure_topic(TopicSpec(topic, 1,
                                                flow.offset_syncs_topic_replication_factor,
                                                {"cleanup.policy": "compact"}))
             planner = OffsetSyncPlanner(flow.offset_lag_max)
             sender = OffsetSyncSender(planner, clients.sync_producer, topic)
-        map_topic = offset_map_topic(flow.source)
+        map_topic = flow.offset_map_topic
         await clients.target_admin.ensure_topic(TopicSpec(
             map_topic, 1, flow.offset_storage_replication_factor,
             {"cleanup.policy": "delete", "retention.ms": str(OFFSET_MAP_RETENTION_MS)}))

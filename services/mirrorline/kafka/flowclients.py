@@ -84,7 +84,7 @@ class FlowClients:
             await bookkeeping.start()
             started.append(bookkeeping)
             sync_producer = bookkeeping
-            if flow.emit_offset_syncs_enabled and flow.offset_syncs_topic_location == "source":
+            if flow.emit_offset_syncs_enabled and flow.offset_syncs_at_source:
                 sync_producer = AIOKafkaProducer(**_kwargs(
                     producer_kwargs, flow.clients.source_producer, f"{name}|offset-syncs"))
                 await sync_producer.start()

@@ -21,9 +21,11 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from mirrorline.core.bad_records import BadRecords
+from mirrorline.core.settings import FlowSettings
 from mirrorline.core.tail_match import ResumePoint, Verdict
 from mirrorline.core.unmapped_tail import starts_at_source_start
 from mirrorline.core.wire import OffsetSync
+from mirrorline.kafka.flowclients import FlowClients
 from mirrorline.kafka.offset_map_reader import OffsetMapFollower
 from mirrorline.kafka.resume import log_resume_point, resume_points
 from mirrorline.kafka.sync_tail import newest_syncs
@@ -55,6 +57,23 @@ class StartPlanner:
         self._bad_syncs = BadRecords(f"{flow} (newest offset syncs)")
         self._reset = reset
 
+    @classmethod
+    def for_flow(cls, flow: FlowSettings, clients: FlowClients, *, name: str,
+                 map_topic: str, exact_progress: bool = False) -> StartPlanner:
+        """The planner of `flow` as every owner builds it: the flow's offset-syncs topic on
+        its cluster, its reset policy and tail matching (`exact_progress`: progress was
+        committed with the records, so there is no tail to match)."""
+        syncs = None
+        if flow.emit_offset_syncs_enabled:
+            syncs = (flow.offset_syncs_topic,
+                     clients.source_consumer_kwargs if flow.offset_syncs_at_source
+                     else clients.target_consumer_kwargs)
+        return cls(name, consumer=clients.consumer,
+                   source_consumer=clients.source_consumer_kwargs,
+                   target_consumer=clients.target_consumer_kwargs, map_topic=map_topic,
+                   reset=flow.auto_offset_reset, syncs=syncs,
+                   match_tail=flow.resume_tail_match and not exact_progress)
+
     async def starts(self, partitions: Mapping[TopicPartition, str],
                      progress: Mapping[tuple[str, int], int]) -> dict[TopicPartition, Start]:
         """Start offset and decision of every partition in `partitions` (-> remote topic)."""
@@ -71,8 +90,11 @@ class StartPlanner:
                                      progress=progress, offset_syncs=newest,
                                      reset=self._reset)
         log.info("%s: start offsets of %d partitions from the target's tails in %.2fs "
-                 "(mapped points %.2fs, tails %.2fs)", self.flow, len(partitions),
-                 time.monotonic() - started, read_at - started, time.monotonic() - read_at)
+                 "(mapped points %.2fs, tails %.2fs; offset syncs of %d partitions in %s)",
+                 self.flow, len(partitions), time.monotonic() - started,
+                 read_at - started, time.monotonic() - read_at,
+                 sum(1 for tp in partitions if (tp.topic, tp.partition) in newest),
+                 "no offset-syncs topic" if self._syncs is None else self._syncs[0])
         for point in points.values():
             log_resume_point(self.flow, point)
         return await self._with_reset(points, progress)

@@ -26,7 +26,6 @@ from opentelemetry.trace import Tracer
 
 from mirrorline.core.backoff import Backoff
 from mirrorline.core.errors import ConfigError
-from mirrorline.core.policy import make_policy
 from mirrorline.core.settings import FlowSettings
 from mirrorline.core.tail_match import ResumePoint, Verdict
 from mirrorline.kafka.causes import explain
@@ -78,7 +77,7 @@ class FlowReplicator:
         `vanished`: the flow's record of source topics seen deleted, kept by the caller
         when this object may be replaced (a worker's flow that owned nothing for a while)."""
         self.flow = flow
-        self.policy = make_policy(flow.policy, flow.naming_source)
+        self.policy = flow.replication_policy
         self.worker_id = worker_id
         self.state = FlowState.STARTING
         self.error: str | None = None

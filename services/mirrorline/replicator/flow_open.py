@@ -49,8 +49,8 @@ async def open_flow(flow: FlowSettings, policy: ReplicationPolicy, worker_id: st
     # Standalone, a flow has one owner whatever the worker id: any new replicator of
     # the flow fences the previous one. Under a controller, the worker owns its set.
     owner = "standalone" if standalone else worker_id
-    txn_id = (transactional_id(flow.properties.get("mirrorline.deployment"), flow.name,
-                               owner) if transactional else None)
+    txn_id = (transactional_id(flow.deployment, flow.name, owner) if transactional
+              else None)
     clients = await FlowClients.open(flow, worker_id, transactional_id=txn_id)
     try:
         books = await FlowBookkeeping.open(flow, policy, clients)
@@ -59,24 +59,14 @@ async def open_flow(flow: FlowSettings, policy: ReplicationPolicy, worker_id: st
         await clients.close()
         raise
     map_topic = books.map_writer.topic
-    syncs = None
-    if flow.emit_offset_syncs_enabled:
-        at_source = flow.offset_syncs_topic_location == "source"
-        syncs = (policy.offset_syncs_topic(flow.target if at_source else flow.source),
-                 clients.source_consumer_kwargs if at_source
-                 else clients.target_consumer_kwargs)
-    starts = StartPlanner(
-        flow.name, consumer=clients.consumer, source_consumer=clients.source_consumer_kwargs,
-        target_consumer=clients.target_consumer_kwargs, map_topic=map_topic,
-        reset=flow.clients.source_consumer.get("auto.offset.reset", "earliest"),
-        # In exactly-once mode committed progress is exact: there is no tail to match.
-        syncs=syncs, match_tail=txn_id is None and flow.properties.get(
-            "mirrorline.resume.tail.match", "true").strip().lower() != "false")
+    # In exactly-once mode committed progress is exact: there is no tail to match.
+    starts = StartPlanner.for_flow(flow, clients, name=flow.name, map_topic=map_topic,
+                                   exact_progress=txn_id is not None)
     txn_books = None
     if txn_id is not None:
         books.committed_with_records = True
         txn_books = RoundBooks(flow.source, map_topic)
-        if books.sync_sender is not None and flow.offset_syncs_topic_location == "target":
+        if books.sync_sender is not None and not flow.offset_syncs_at_source:
             # Offset syncs on the target join each round's transaction.
             txn_books.planner, txn_books.syncs_topic = books.planner, books.sync_sender.topic
             books.sync_sender = None

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from aiokafka import TopicPartition
 
 from mirrorline.core.acked_runs import run_offsets
-from mirrorline.core.policy import make_policy
 from mirrorline.core.settings import FlowSettings
 from mirrorline.core.tail_match import Verdict
 from mirrorline.kafka.acked import FlowBookkeeping
@@ -62,7 +61,7 @@ class FlowRun:
                  worker_id: str) -> None:
         self.settings = settings
         self.name = settings.name
-        self.policy = make_policy(settings.policy, settings.naming_source)
+        self.policy = settings.replication_policy
         self.worker_id = worker_id
         self._metrics = metrics
         self._clients: FlowClients | None = None
@@ -87,24 +86,10 @@ class FlowRun:
         try:
             self.books = await FlowBookkeeping.open(self.settings, self.policy, clients)
             self.books.start()
-            flow = self.settings
-            syncs = None
-            if flow.emit_offset_syncs_enabled:
-                at_source = flow.offset_syncs_topic_location == "source"
-                syncs = (self.policy.offset_syncs_topic(flow.naming_target if at_source
-                                                        else flow.naming_source),
-                         clients.source_consumer_kwargs if at_source
-                         else clients.target_consumer_kwargs)
             # The same start decision as every owner (issue 14): durable progress checked
             # against the target's tail.
-            self._starts = StartPlanner(
-                self.name, consumer=clients.consumer,
-                source_consumer=clients.source_consumer_kwargs,
-                target_consumer=clients.target_consumer_kwargs,
-                map_topic=self.books.map_writer.topic,
-                reset=flow.clients.source_consumer.get("auto.offset.reset", "earliest"),
-                syncs=syncs, match_tail=flow.properties.get(
-                    "mirrorline.resume.tail.match", "true").strip().lower() != "false")
+            self._starts = StartPlanner.for_flow(self.settings, clients, name=self.name,
+                                                 map_topic=self.books.map_writer.topic)
             self._ends = HighWatermarkProbe(clients.source_consumer_kwargs)
             await self._ends.start()
         except BaseException:
