@@ -16,9 +16,6 @@ DOCS = sorted([ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "ARCHITECTUR
                ROOT / "spark" / "README.md",
                *(ROOT / "docs").glob("*.md")])
 
-#: Pages linked from these docs that other branches of the same change write; checked like
-#: every other page once they exist.
-WRITTEN_ELSEWHERE = {"docs/configuration-keys.md"}
 #: Paths the docs name that are made by a command rather than committed: `make certs` and
 #: `make compose-certs` write these.
 GENERATED = {"deploy/kubernetes/certs", "deploy/compose/certs"}
@@ -55,8 +52,7 @@ def test_every_file_the_docs_name_exists(doc: Path) -> None:
     text = _prose(doc)
     missing = sorted(p for p in _mentioned_paths(text)
                      if not (ROOT / p).exists() and p not in GENERATED
-                     and not any(p.startswith(g + "/") for g in GENERATED)
-                     and p not in WRITTEN_ELSEWHERE)
+                     and not any(p.startswith(g + "/") for g in GENERATED))
     assert not missing, f"{_name(doc)} names files that do not exist: {missing}"
     # Modules named by a shorter path (`core/config.py`, `flow_open.py`, `test_spark.py`):
     # some module of the repository must end so.
@@ -90,10 +86,8 @@ def test_every_link_between_the_docs_lands_on_a_page_and_a_heading(doc: Path) ->
             continue  # a URL, not ours to check here
         file, _, anchor = target.partition("#")
         page = (doc.parent / file).resolve() if file else doc
-        name = str(page.relative_to(ROOT)) if page.is_relative_to(ROOT) else str(page)
         if not page.exists():
-            if name not in WRITTEN_ELSEWHERE:
-                broken.append(target)
+            broken.append(target)
             continue
         if anchor and page.suffix == ".md" and anchor not in _anchors(page):
             broken.append(target)
