@@ -81,6 +81,8 @@ class ServiceHost:
         #: The address other processes reach this one at (set by `start`).
         self.address = ""
         self._control: ControlLog | None = None
+        #: The control log an attempt to join is opening.
+        self._opening: ControlLog | None = None
         #: Why the home cluster cannot be joined yet; None when it can (or once joined).
         self.home_error: str | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -116,17 +118,20 @@ class ServiceHost:
         return home_cluster(self.settings, self._targets)
 
     async def open_home(self) -> None:
-        """One attempt at opening the control plane (`self._control`, started). On an
-        error `close_home` is called, then the attempt is repeated."""
+        """One attempt at opening the control plane: `self._control` is set once it is
+        read (not before: `_control` says "joined"). On an error `close_home` is called,
+        then the attempt is repeated."""
         consumer, _, _ = home_clients(self.settings, self.home, self.control_client_id)
-        self._control = ControlLog(consumer_kwargs=consumer,
+        self._opening = ControlLog(consumer_kwargs=consumer,
                                    topic=control_topics(self.settings)[0])
-        await self._control.start()
+        await self._opening.start()
+        self._control, self._opening = self._opening, None
 
     async def close_home(self) -> None:
         """Close what `open_home` opened (bounded: the cluster may not answer)."""
-        control, self._control = self._control, None
-        if control is not None:
+        closing = [c for c in (self._opening, self._control) if c is not None]
+        self._opening = self._control = None
+        for control in closing:
             await stop_within(control.stop(), 0.3, "closing the control log reader")
 
     def report_home(self, reason: str | None) -> None:
