@@ -12,7 +12,8 @@ it reaches all of them:
   form (`kafka.causes.unreachable`) while the home cluster does not answer, then do what
   the log says (`on_joined`) and, for services the Admin API forwards to, announce the
   address to the leading controller;
-* health: re-evaluated every second (`evaluate_health`, by default `serving`);
+* health: re-evaluated every second (`evaluate_health`, by default `serving`), and
+  NOT_SERVING in any case until the control log is read;
 * stop, bounded at every step: health NOT_SERVING, the host's tasks cancelled until
   they end (`cancel_and_wait`), the service's parts (`stop_parts`, each bounded with
   `stop_within`), the control plane (`close_home`), the rest (`stop_rest`), gRPC and
@@ -85,6 +86,8 @@ class ServiceHost:
         self._opening: ControlLog | None = None
         #: Why the home cluster cannot be joined yet; None when it can (or once joined).
         self.home_error: str | None = None
+        #: The control plane is open (`on_joined` has been called).
+        self.joined_home = False
         self._tasks: list[asyncio.Task[None]] = []
         #: Logs under the service's own module name, as each service logged before.
         self._log = logging.getLogger(type(self).__module__)
@@ -185,6 +188,7 @@ class ServiceHost:
     async def _join(self) -> None:
         await join_home(self.settings, self.home, self.open_home, self.close_home,
                         report=self.report_home)
+        self.joined_home = True
         await self.on_joined()
         if self.announces:
             assert self._control is not None
@@ -193,7 +197,9 @@ class ServiceHost:
 
     async def _health(self) -> None:
         while True:
-            await self._grpc.set_serving(self.evaluate_health())
+            # NOT_SERVING while joining, whatever else the service would say.
+            serving = self.evaluate_health() and (self.joined_home or not self.joins)
+            await self._grpc.set_serving(serving)
             await asyncio.sleep(HEALTH_S)
 
     async def stop(self) -> None:
