@@ -1,5 +1,5 @@
-"""The checkpointer on real brokers: MM2's checkpoint scenarios (spec §9.2 tests 1, 2, 5, 8, 9
-and 10, with our own names and counts) and group-offset sync.
+"""The checkpointer on real brokers: MM2's checkpoint scenarios (from
+MirrorConnectorsIntegrationBaseTest, with our own names and counts) and group-offset sync.
 
 Each test runs a real replicator and a real checkpointer process for a flow between fresh
 cluster aliases, so every internal topic (offset syncs, progress, offset map, checkpoints)
@@ -149,7 +149,7 @@ async def target_offset_of(m: Mirror, topic: str, partition: int, source_offset:
     return next(r.offset for r in target if r.value == value)
 
 
-# -- spec §9.2 test 1 (checkpoint part) ---------------------------------------------------------
+# -- testReplication (checkpoint part) ---------------------------------------------------------
 async def test_checkpoints_cover_every_partition_and_a_consumer_resumes_from_them(
         primary: LocalBroker, backup: LocalBroker, unique: str, tmp_path: Path) -> None:
     topic, group = f"{unique}-orders", f"{unique}-app"
@@ -203,7 +203,7 @@ async def test_checkpoint_records_have_mms_byte_layout(
     assert (version, upstream, downstream, metadata, end) == (0, 7, 7, "", len(raw.value))
 
 
-# -- spec §9.2 test 2 ---------------------------------------------------------------------------
+# -- testReplicationWithEmptyPartition -------------------------------------------------------------
 async def test_an_empty_partition_does_not_stop_a_group_failing_over(
         primary: LocalBroker, backup: LocalBroker, unique: str, tmp_path: Path) -> None:
     topic, group = f"{unique}-gappy", f"{unique}-gappy-app"
@@ -226,7 +226,7 @@ async def test_an_empty_partition_does_not_stop_a_group_failing_over(
         assert (await committed_offsets(backup.bootstrap, group, remote))[remote[3]] == 0
 
 
-# -- spec §9.2 tests 3-5 ------------------------------------------------------------------------
+# -- testOneWayReplicationWithAutoOffsetSync (group-offset sync) -----------------------------------
 async def test_group_offsets_are_synced_for_idle_groups_and_new_topics(
         primary: LocalBroker, backup: LocalBroker, unique: str, tmp_path: Path) -> None:
     first, second, group = f"{unique}-one", f"{unique}-two", f"{unique}-synced"
@@ -300,7 +300,7 @@ async def test_group_offset_sync_leaves_active_groups_alone_and_never_rewinds(
             await member.stop()
 
 
-# -- spec §9.2 test 8 ---------------------------------------------------------------------------
+# -- testNoCheckpointsIfNoRecordsAreMirrored -------------------------------------------------------
 async def test_no_checkpoint_for_a_partition_until_records_are_mirrored(
         primary: LocalBroker, backup: LocalBroker, unique: str, tmp_path: Path) -> None:
     full, empty, group = f"{unique}-full", f"{unique}-empty", f"{unique}-nocp"
@@ -340,7 +340,7 @@ async def test_no_checkpoint_for_a_partition_until_records_are_mirrored(
         assert got[(m.remote(empty), 0)][0] == 100
 
 
-# -- spec §9.2 test 9 ---------------------------------------------------------------------------
+# -- testRestartReplication ------------------------------------------------------------------------
 async def test_checkpoints_never_go_backwards_across_restarts(
         primary: LocalBroker, backup: LocalBroker, unique: str, tmp_path: Path) -> None:
     topic, group = f"{unique}-rs", f"{unique}-restart"
@@ -395,7 +395,7 @@ async def test_a_killed_checkpointer_reloads_its_checkpoints(
                    for c in after[before:] if c.group == group)
 
 
-# -- spec §9.2 test 10 --------------------------------------------------------------------------
+# -- testOffsetTranslationBehindReplicationFlow ----------------------------------------------------
 async def test_a_lagging_group_is_translated_exactly_even_after_a_rewind(
         primary: LocalBroker, backup: LocalBroker, unique: str, tmp_path: Path) -> None:
     topic, group = f"{unique}-lag", f"{unique}-lagging"

@@ -1,4 +1,4 @@
-"""MirrorClient / RemoteClusterUtils against a real local cluster (spec §3.5).
+"""MirrorClient / RemoteClusterUtils against a real local cluster.
 
 The internal topics are written here byte for byte as MM2 writes them (`mirrorline.core.wire`),
 so these tests pin compatibility with Java MM2 deployments, not just with Mirrorline.  The

@@ -294,7 +294,7 @@ async def cli(server: str, *args: str) -> tuple[int, str, str]:
 
 async def test_failover_and_failback_through_the_admin_api_and_cli(
         primary: LocalBroker, backup: LocalBroker, unique: str, tmp_path: Path) -> None:
-    """The README's drill on a controller-run deployment: fail over with the CLI, then fail
+    """The docs' DR drill on a controller-run deployment: fail over with the CLI, then fail
     back, scraping what diverged on the old primary."""
     topic, group = f"{unique}-fb", f"{unique}-fb-app"
     a, b = aliases()

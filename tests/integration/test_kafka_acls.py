@@ -2,7 +2,7 @@
 
 Two clusters of their own (module scope): a PLAINTEXT listener for the test itself
 (`User:ANONYMOUS`, a super user, plays the operator) and a SASL_PLAINTEXT listener where
-Mirrorline logs in as `User:mirror`. The mirror holds exactly the ACLs the README lists
+Mirrorline logs in as `User:mirror`. The mirror holds exactly the ACLs docs/config-sync.md lists
 under "ACLs Mirrorline needs" (`mirror_acls_source` / `mirror_acls_target` below, kept
 identical to it) and nothing more: replication (in exactly-once mode), checkpoints,
 config sync and ACL sync must all work with them. The ACL rules are MM2's
@@ -78,8 +78,8 @@ def grants(resource: str, name: str, pattern: str, operations: str) -> list[AclB
 
 
 def mirror_acls_source(source: str, target: str, topics_prefix: str) -> list[AclBinding]:
-    """What the mirror needs on the source cluster `source` (README, "ACLs Mirrorline
-    needs"); `topics_prefix` stands for the mirrored topics and groups."""
+    """What the mirror needs on the source cluster `source` (docs/config-sync.md,
+    "ACLs Mirrorline needs"); `topics_prefix` stands for the mirrored topics and groups."""
     return [*grants("TOPIC", topics_prefix, "PREFIXED", "READ DESCRIBE DESCRIBE_CONFIGS"),
             *grants("GROUP", topics_prefix, "PREFIXED", "DESCRIBE"),
             *grants("TOPIC", f"mm2-offset-syncs.{target}.internal", "LITERAL",
@@ -88,7 +88,7 @@ def mirror_acls_source(source: str, target: str, topics_prefix: str) -> list[Acl
 
 
 def mirror_acls_target(source: str) -> list[AclBinding]:
-    """What the mirror needs on the target cluster (README, "ACLs Mirrorline needs")."""
+    """What the mirror needs on the target cluster (docs/config-sync.md)."""
     return [*grants("TOPIC", f"{source}.", "PREFIXED",
                     "CREATE WRITE READ DESCRIBE DESCRIBE_CONFIGS ALTER_CONFIGS ALTER"),
             *(g for topic in (f"mm2-offsets.{source}.internal",

@@ -175,8 +175,8 @@ async def test_mm2_client_library_agrees_with_mirrorline(
             # `*.internal` / `*-internal` names as internal, so its remoteTopics() also
             # lists Mirrorline's own topics (offset map, control log) as remote topics of
             # a "source" named by their first segment; Mirrorline's client (and
-            # replicator) keep treating them as internal (README, "Other deliberate
-            # differences from MM2").
+            # replicator) keep treating them as internal (docs/configuration.md, "Other
+            # deliberate differences from MM2").
             listed = answers - {a for a in answers if a.startswith("translated")}
             ours_listed = await mirrorline_view(cluster.bootstrap, "alpha")
             assert ours_listed <= listed, (cluster.alias, ours_listed - listed)

@@ -1,4 +1,4 @@
-"""MM2's own integration scenarios (spec §9.2) that need only replication, as black boxes.
+"""MirrorConnectorsIntegrationBaseTest's scenarios that need only replication, as black boxes.
 
 Each test gives the two local brokers fresh cluster aliases, so the internal topics whose
 names embed an alias (offset syncs, progress) are its own even on shared brokers.
@@ -33,7 +33,7 @@ async def existing(bootstrap: str, topics: list[str]) -> set[str]:
 
 async def test_active_active_replication_without_loops(
         primary: LocalBroker, backup: LocalBroker, unique: str, tmp_path: Path) -> None:
-    """§9.2 test 1 (replication part): both directions, remote topics matched by the filter
+    """testReplication (replication part): both directions, remote topics matched by the filter
     too, yet nothing is mirrored back; topics created later appear on the other side."""
     a, b = aliases()
     topic = f"{unique}-test-topic-1"
@@ -82,7 +82,7 @@ async def test_active_active_replication_without_loops(
 
 async def test_without_offset_syncs_no_offset_syncs_topic_is_created(
         primary: LocalBroker, backup: LocalBroker, unique: str, tmp_path: Path) -> None:
-    """§9.2 test 6."""
+    """testReplicationWithoutOffsetSyncWillNotCreateOffsetSyncsTopic."""
     a, b = aliases()
     topic = f"{unique}-no-syncs"
     await create_topic(primary.bootstrap, topic, 2)
@@ -97,7 +97,7 @@ async def test_without_offset_syncs_no_offset_syncs_topic_is_created(
 
 async def test_offset_syncs_topic_on_target(primary: LocalBroker, backup: LocalBroker,
                                            unique: str, tmp_path: Path) -> None:
-    """§9.2 test 7 (replication part)."""
+    """testOffsetSyncsTopicsOnTarget (replication part)."""
     a, b = aliases()
     topic = f"{unique}-syncs-on-target"
     await create_topic(primary.bootstrap, topic, 2)
@@ -115,7 +115,8 @@ async def test_offset_syncs_topic_on_target(primary: LocalBroker, backup: LocalB
 
 async def test_replicate_from_latest(primary: LocalBroker, backup: LocalBroker, unique: str,
                                      tmp_path: Path) -> None:
-    """§9.2 test 14: with auto.offset.reset=latest only records produced after start arrive.
+    """testReplicateFromLatest: with auto.offset.reset=latest only records produced after
+    start arrive.
 
     The records produced before the start go one per batch for the Tansu lane: Tansu
     answers ListOffsets(latest) with the last batch's base offset + 1, which is then the

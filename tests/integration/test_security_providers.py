@@ -1,6 +1,6 @@
 """Config providers through the Admin API (issue 19, the critical finding), end to end.
 
-A real controller runs with `config.providers = env, file, dir` in its file, as the README's
+A real controller runs with `config.providers = env, file, dir` in its file, as the docs'
 Kubernetes idiom has it, and with a flow whose topics come from a `${file:...}` reference of
 that file. The test then acts as an operator with a token would: it sends references to a
 private key file, a properties file and an environment variable of the controller's host

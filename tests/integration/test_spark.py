@@ -191,7 +191,7 @@ async def test_partitions_move_to_spark_and_back_mid_stream_and_return_when_it_d
                     first_seen.append(v)
             assert first_seen == expected[p::2], f"partition {p}: lost or reordered"
             # Drained hand-overs re-copy nothing; the SIGKILL replays at most what was
-            # copied since progress was last recorded: one micro-batch (README).
+            # copied since progress was last recorded: one micro-batch (docs/spark.md).
             assert len(values) - len(first_seen) <= DEFAULT_MAX_RECORDS
 
 

@@ -1,4 +1,4 @@
-"""ACL sync rules (spec §4.7) and our `full` mode: what is copied, renamed, downgraded,
+"""ACL sync rules (MM2's syncTopicAcls) and our `full` mode: what is copied, renamed, downgraded,
 and which ACLs may ever be removed downstream."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Checkpoint computation, the checkpoint store and group-offset sync (spec §5.5-§5.7)."""
+"""Checkpoint computation, the checkpoint store and group-offset sync (MirrorCheckpointTask)."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ def compute(
     )
 
 
-# -- CheckpointStore (§5.6) -------------------------------------------------------------------
+# -- CheckpointStore -------------------------------------------------------------------
 
 
 def test_store_keeps_last_checkpoint_of_own_groups_and_skips_undecodable() -> None:
@@ -116,13 +116,13 @@ def test_is_more_recent(new: tuple[int, int], last: tuple[int, int] | None,
     assert is_more_recent(new_cp, last_cp) is expected
 
 
-# -- compute_checkpoints (§5.5) ---------------------------------------------------------------
+# -- compute_checkpoints (MirrorCheckpointTask.checkpoint) -----------------------------------------
 
 
 def test_pinned_translation_and_renaming() -> None:
     syncs = sync_store(("topic1", 2, 3, 4), ("target2.topic5", 6, 7, 8))
 
-    def rename(topic: str) -> str:  # source1 -> target2 renaming of §5.5
+    def rename(topic: str) -> str:  # source1 -> target2, as MM2 renames
         return topic.removeprefix("target2.") if topic.startswith("target2.") else prefix(topic)
 
     def run(group: str, tp: TopicPartitionKey, offset: int) -> list[Checkpoint]:
@@ -220,7 +220,7 @@ def test_colliding_downstream_names_raise() -> None:
         compute("g", committed, lambda t, p, o: o, rename=rename)
 
 
-# -- plan_group_offset_sync (§5.7) ------------------------------------------------------------
+# -- plan_group_offset_sync (MirrorCheckpointTask.syncGroupOffset) ---------------------------------
 
 
 def cps(**entries: tuple[int, int]) -> dict[TopicPartitionKey, Checkpoint]:
@@ -263,7 +263,7 @@ def test_group_not_idle_gets_everything() -> None:
     }
 
 
-# -- end to end with the real replication policy (§5.5, source1 -> target2) ---------------------
+# -- end to end with the real replication policy (source1 -> target2) ---------------------
 
 
 def test_pinned_example_with_default_policy() -> None:

@@ -1,4 +1,4 @@
-"""The config loader: MM2 dedicated-mode files -> MirrorSettings (spec §1, §4.1, §5.1, §6, §7)."""
+"""The config loader: MM2 dedicated-mode files -> MirrorSettings (MirrorMakerConfig)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from mirrorline.core.errors import ConfigError
 from mirrorline.core.offload import OffloadSettings
 from mirrorline.core.settings import AuditSettings, CanarySettings, FlowSettings
 
-# MM2's connect-mirror-maker.properties as shipped (spec §7.5, last paragraph); only the
+# MM2's connect-mirror-maker.properties as shipped with Kafka; only the
 # license header is shortened and three long comment lines are wrapped.
 MM2_SAMPLE = """\
 # Licensed to the Apache Software Foundation (ASF) under A or more
@@ -360,7 +360,7 @@ def test_top_level_bootstrap_servers_is_inherited_with_a_warning() -> None:
     assert "b.bootstrap.servers" in warning_keys(settings)
 
 
-# --- client configs (spec §7.3) -------------------------------------------------------------
+# --- client configs (MirrorMakerConfig.clientConfig) ----------------------------------------------
 
 
 def test_mm2_pinned_source_consumer_example() -> None:
@@ -376,7 +376,7 @@ def test_mm2_pinned_source_consumer_example() -> None:
 
 
 def test_mm2_pinned_worker_example_adapted() -> None:
-    # Spec §7.3's worker test, adapted: `SASL` is not a protocol (we reject it), and config
+    # MM2's worker-config example, adapted: `SASL` is not a protocol (we reject it), and config
     # providers are not supported, so those two lines change.
     settings = load("""
         replication.policy.separator = _
@@ -455,7 +455,7 @@ def test_client_precedence() -> None:
 def test_source_consumer_isolation_level_precedence(flow_level: str | None,
                                                     cluster_level: str | None,
                                                     expected: str | None) -> None:
-    # Spec §4.10: `source.consumer.isolation.level` (our `a.consumer.`) beats
+    # MirrorMakerConfig: `source.consumer.isolation.level` (our `a.consumer.`) beats
     # `consumer.isolation.level` (our `a->b.consumer.`); `a.isolation.level` is ignored.
     text = "a.isolation.level = read_committed\n"
     if flow_level:

@@ -107,7 +107,7 @@ def test_a_cause_for_another_cluster_is_not_borrowed() -> None:
 
 def test_an_unreachable_cluster_is_told_in_one_form_naming_it_its_address_and_the_cause(
         ) -> None:
-    """The form every service and `dev` command uses (README, "Faults"): a detail that
+    """The form every service and `dev` command uses (docs/operations.md, "Faults"): a detail that
     names no address gets the cluster's bootstrap servers after it; a command that knows
     only the address names the cluster by it."""
     from aiokafka.errors import KafkaConnectionError, NodeNotReadyError

@@ -1,4 +1,5 @@
-"""Filters: LIST parsing, Java regex handling, topic selection and config sync (spec §1, §4)."""
+"""Filters: LIST parsing, Java regex handling, topic selection and config sync (DefaultTopicFilter,
+DefaultConfigPropertyFilter)."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ from mirrorline.core.filters import (
 )
 from mirrorline.core.policy import DefaultReplicationPolicy, IdentityReplicationPolicy
 
-# --- LIST parsing (§1) -----------------------------------------------------------------------
+# --- LIST parsing (ConfigDef.Type.LIST) -----------------------------------------------------------
 
 @pytest.mark.parametrize(("value", "items"), [
     ("", ()),
@@ -57,7 +58,7 @@ def test_parse_list_inverts_comma_join(items: list[str]) -> None:
     assert parse_list(", ".join(items)) == tuple(items)
 
 
-# --- defaults (§4.1, §5.1) -------------------------------------------------------------------
+# --- defaults (MirrorSourceConfig, MirrorCheckpointConfig) ----------------------------------------
 
 def test_default_lists_are_mm2s() -> None:
     assert DEFAULT_TOPICS == (".*",)
@@ -240,7 +241,7 @@ def test_escaped_specials_are_not_mistaken_for_constructs() -> None:
     assert pattern.fullmatch("(?P")
 
 
-# --- name filters (§1, §4.3) -----------------------------------------------------------------
+# --- name filters -----------------------------------------------------------------
 
 def test_topic_filter_defaults() -> None:
     flt = TopicFilter()
@@ -294,7 +295,7 @@ def test_filter_errors_name_their_key() -> None:
     assert info.value.key == "topics"
 
 
-# --- should_replicate_topic (§4.3, §3.3, §3.4) -----------------------------------------------
+# --- should_replicate_topic (MirrorSourceConnector.shouldReplicateTopic) --------------------------
 
 NOTHING = NameFilter([], [], include_key="topics", exclude_key="topics.exclude")
 EVERYTHING = NameFilter([".*"], [], include_key="topics", exclude_key="topics.exclude")
@@ -361,7 +362,7 @@ def test_identity_policy_refuses_heartbeat_cycles(topic: str) -> None:
     assert not _replicates(topic, policy=policy)
 
 
-# --- config sync (§4.6) ----------------------------------------------------------------------
+# --- config sync (DefaultConfigPropertyFilter) ----------------------------------------------------
 
 def _entries() -> list[ConfigEntry]:
     return [

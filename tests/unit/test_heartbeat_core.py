@@ -24,7 +24,7 @@ from mirrorline.core.record_audit import Side, Verdict
 from mirrorline.core.topology import heartbeat_paths
 from mirrorline.core.wire import Heartbeat
 
-# --- heartbeats (spec §2.2 worked example) ---------------------------------------------------
+# --- heartbeats (worked example) ---------------------------------------------------
 
 KEY_HEX = "0007" "7072696d617279" "0006" "6261636b7570"  # "primary", "backup"
 VALUE_HEX = "0000" + "0000018bcfe56800"

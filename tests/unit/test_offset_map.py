@@ -388,8 +388,9 @@ def test_forget_before_changes_nothing_at_or_above(
 
 
 def test_lagging_group_far_behind_a_long_replication() -> None:
-    # Spec §9.2 test 10 with a dense map: 10 000 records in batches of 100, each followed by a
-    # commit marker; the group first commits the record at 90 %, then rewinds to 10 %.
+    # testOffsetTranslationBehindReplicationFlow with a dense map: 10 000 records in batches
+    # of 100, each followed by a commit marker; the group first commits the record at 90 %,
+    # then rewinds to 10 %.
     sim = Replication(source=list(range(10_000)), position=0)
     for _ in range(100):
         sim.batch(100, marker=True)

@@ -1,4 +1,4 @@
-"""MM2's OffsetSyncStore (spec §5.4), pinned to the numbers of §5.4.6."""
+"""MM2's OffsetSyncStore, pinned to worked examples of its history."""
 
 from __future__ import annotations
 
@@ -156,7 +156,7 @@ def test_old_sync_too_close_to_the_next_slot_is_dropped() -> None:
     assert translate(store, 6) == 1
 
 
-# -- §5.4.6: history folding during the initial read -----------------------------------------
+# -- history folding during the initial read (OffsetSyncStore.updateSyncArray) ---------------------
 
 
 def assert_pairs(store: OffsetSyncStore, pairs: list[tuple[int, int]]) -> None:
@@ -254,7 +254,7 @@ def test_bound_violations() -> None:
     assert not oss._ok_c(sync(0, 0), sync(-1, 0), 3)  # a negative bound counts as violated
 
 
-# -- §5.4.6: eviction properties with invariants A and D ------------------------------------
+# -- eviction properties with OffsetSyncStore's invariants A and D ---------------------------------
 
 
 def _bounded_expirations(first: int, steps: Iterable[int], maximum: int) -> None:

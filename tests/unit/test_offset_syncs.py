@@ -1,4 +1,4 @@
-"""Offset-sync emission decisions (spec §4.9)."""
+"""Offset-sync emission decisions (MM2's OffsetSyncWriter)."""
 
 from __future__ import annotations
 

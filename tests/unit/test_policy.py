@@ -1,4 +1,4 @@
-"""ReplicationPolicy behaviour pinned by MM2's own tests (spec §3)."""
+"""ReplicationPolicy behaviour pinned by MM2's own tests (ReplicationPolicyTest and others)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from mirrorline.core.settings import PolicySettings
 DEFAULT = DefaultReplicationPolicy()
 
 
-# --- topic_source / upstream_topic: Java String.split semantics (§3.2) ----------------------
+# --- topic_source / upstream_topic: Java String.split semantics ----------------------
 
 @pytest.mark.parametrize(("topic", "source"), [
     ("a.b.c", "a"),
@@ -98,7 +98,7 @@ def test_empty_separator_detects_no_cycle_for_long_aliases() -> None:
     assert is_cycle(policy, "xBorders", "B")
 
 
-# --- internal topic names (§3.1, §3.2, §2.6) -------------------------------------------------
+# --- internal topic names -------------------------------------------------
 
 @pytest.mark.parametrize("topic", [
     "__consumer_offsets", ".hiddentopic", "mm2-offsets.CLUSTER.internal",
@@ -184,7 +184,7 @@ def test_is_not_checkpoints_topic(topic: str) -> None:
     assert not DEFAULT.is_checkpoints_topic(topic)
 
 
-# --- cycles (§3.3) --------------------------------------------------------------------------
+# --- cycles (MirrorSourceConnector.isCycle) -------------------------------------------------------
 
 @pytest.mark.parametrize(("topic", "cycle"), [
     ("topic1", False),
@@ -220,7 +220,7 @@ def test_is_cycle_stops_on_unchanged_or_missing_upstream() -> None:
     assert is_cycle(_NoUpstreamPolicy(), "target.y", "target") is True
 
 
-# --- identity (§3.4) ------------------------------------------------------------------------
+# --- identity (IdentityReplicationPolicy) ---------------------------------------------------------
 
 def test_identity_pinned_examples() -> None:
     policy = IdentityReplicationPolicy(source_cluster_alias="primary")
@@ -272,7 +272,7 @@ def test_identity_cycles_only_for_heartbeats(topic: str, cycle: bool) -> None:
     assert is_cycle(policy, topic, "target") is cycle
 
 
-# --- checkpoint renaming (§5.5) -------------------------------------------------------------
+# --- checkpoint renaming (MirrorCheckpointTask.renameTopicPartition) ------------------------------
 
 @pytest.mark.parametrize(("topic", "renamed"), [
     ("target2.topic3", "topic3"),

@@ -1,4 +1,4 @@
-"""Connect source-offset records, byte for byte as Java MM2 stores them (spec §2.7)."""
+"""Connect source-offset records, byte for byte as Java MM2 stores them (MirrorUtils)."""
 
 from __future__ import annotations
 

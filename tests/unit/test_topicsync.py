@@ -1,4 +1,4 @@
-"""Topic-config and partition planning (spec §4.5, §4.6): what the config-sync service
+"""Topic-config and partition planning (MM2's syncTopicConfigs): what the config-sync service
 would change on a remote topic, and what it reports but leaves alone."""
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def test_use_defaults_from_source_sets_the_source_default() -> None:
 
 
 def test_mm2_integration_scenario_as_a_plan() -> None:
-    """§4.6 pinned integration case: with delete.retention.* excluded, an override of
+    """MM2's topic-config integration case: with delete.retention.* excluded, an override of
     retention.bytes on the remote topic is restored, delete.retention.ms=2000 stays; once
     the source drops its retention.bytes override, the remote topic's is deleted."""
     flt = ConfigPropertyFilter((r"delete\.retention\..*",))

@@ -1,4 +1,4 @@
-"""Topology discovery from topic names, pinned by MM2's MirrorClient tests (spec §3.5)."""
+"""Topology discovery from topic names, pinned by MM2's MirrorClientTest."""
 
 from __future__ import annotations
 

@@ -45,7 +45,7 @@ def why(g: int, m: OffsetMap, s: OffsetSyncStore, partition: int = P) -> str:
 
 
 def test_lookup_returns_the_sync_translate_downstream_uses() -> None:
-    # Spec §5.4.6: syncs 175, 275, 375, 475 read at start retain {475, 375, 175}.
+    # OffsetSyncStore's history: syncs 175, 275, 375, 475 read at start retain {475, 375, 175}.
     s = store((175, 175), (275, 275), (375, 375), (475, 475))
     assert [x.upstream_offset for x in s.retained(T, P)] == [475, 375, 175]
 
@@ -158,7 +158,8 @@ def test_a_forgotten_map_history_says_where_it_starts() -> None:
 
 
 def test_lagging_group_behind_a_long_replication_flow() -> None:
-    # Spec §9.2 test 10: 10 000 records, the group commits at 90 %, then rewinds to 10 %.
+    # testOffsetTranslationBehindReplicationFlow: 10 000 records, the group commits at 90 %,
+    # then rewinds to 10 %.
     # Downstream the remote topic had 500 records already and every batch of 100 is followed
     # by a commit marker.  MM2 syncs (offset.lag.max = 10) are read alongside.
     m = OffsetMap()

@@ -1,4 +1,4 @@
-"""Byte-exact codecs of MM2's internal records (spec §2.1-§2.4)."""
+"""Byte-exact codecs of MM2's internal records (Heartbeat, Checkpoint, OffsetSync)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ def h(text: str) -> bytes:
     return bytes.fromhex(text)
 
 
-# -- §2.2 heartbeat worked example ----------------------------------------------------------
+# -- heartbeat worked example ----------------------------------------------------------
 
 HB_KEY = h("0007 7072696d617279 0006 6261636b7570")
 HB_VALUE = h("0000 0000018bcfe56800")
@@ -38,7 +38,7 @@ def test_heartbeat_str() -> None:
     )
 
 
-# -- §2.3 checkpoint worked example ---------------------------------------------------------
+# -- checkpoint worked example ---------------------------------------------------------
 
 CP_KEY = h("0006 67726f757031 000e 7072696d6172792e6f7264657273 00000003")
 CP_VALUE = h("0000 00000000000003ed 00000000000003df 0000")
@@ -73,7 +73,7 @@ def test_checkpoint_str() -> None:
     )
 
 
-# -- §2.4 offset sync worked example --------------------------------------------------------
+# -- offset sync worked example --------------------------------------------------------
 
 OS_KEY = h("0006 6f7264657273 00000003")
 OS_VALUE = h("00000000000003e8 00000000000003de")
@@ -105,7 +105,7 @@ def test_decode_returns_distinct_objects() -> None:
     assert a is not b
 
 
-# -- §2.1 decoding rules --------------------------------------------------------------------
+# -- decoding rules --------------------------------------------------------------------
 
 
 def test_trailing_bytes_are_ignored() -> None:

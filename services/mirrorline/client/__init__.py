@@ -1,4 +1,4 @@
-"""Python counterpart of MM2's `MirrorClient` / `RemoteClusterUtils` (spec §3.5).
+"""Python counterpart of MM2's `MirrorClient` / `RemoteClusterUtils`.
 
 For applications and failover scripts: ask one cluster which clusters replicate into it,
 how many hops away they are, which topics are replicas, and where a consumer group should

@@ -2,7 +2,7 @@
 
 Private helper of `mirrorline.core.config`: a flow-level key wins over the top-level key,
 which wins over the default; Connect-worker keys also look at the target cluster; client
-configs are layered as spec §7.3 describes (see `DIFFERENCES_FROM_MM2` in config.py).
+configs are layered as MirrorMakerConfig layers them (see `DIFFERENCES_FROM_MM2` in config.py).
 """
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ class FlowBuilder:
 
     def enabled(self) -> bool:
         """MM2: `s->t.enabled` decides; otherwise a top-level `enabled` counts, but only for
-        pairs that have a herder at all, i.e. whose heartbeats are on (spec §7.2)."""
+        pairs that have a herder at all, i.e. whose heartbeats are on (MirrorMakerConfig)."""
         own = self.flow.get("enabled")
         if own is not None:
             return self.loader.read(own, values.parse_enabled)
@@ -270,7 +270,7 @@ class FlowBuilder:
                 "group offsets (MM2 rejects its checkpoint connector)"), switch.line))
 
     def clients(self) -> ClientSettings:
-        """Client configs with the precedence of spec §7.3 (see `DIFFERENCES_FROM_MM2`)."""
+        """Client configs with MirrorMakerConfig's precedence (see `DIFFERENCES_FROM_MM2`)."""
         origins: dict[tuple[str, str, str], Property] = {}
 
         def client(alias: str, role: str) -> dict[str, str]:

@@ -20,10 +20,11 @@ from typing import Final
 
 _MIRROR: Final = "org.apache.kafka.connect.mirror."
 
-#: MM2's own defaults, as strings exactly as its ConfigDefs declare them (spec §4.1, §5.1, §6,
-#: §7.5), for every connector / worker property that has an effect in Mirrorline.
+#: MM2's own defaults, as strings exactly as its ConfigDefs declare them (MirrorSourceConfig,
+#: MirrorCheckpointConfig, MirrorHeartbeatConfig, MirrorMakerConfig), for every connector /
+#: worker property that has an effect in Mirrorline.
 MM2_DEFAULTS: Final[Mapping[str, str]] = MappingProxyType({
-    "enabled": "false",  # dedicated mode's default for a generated flow (spec §7.2)
+    "enabled": "false",  # dedicated mode's default for a generated flow (MirrorMakerConfig)
     "topics": ".*",
     "topics.exclude": r".*[\-\.]internal, .*\.replica, __.*",
     "groups": ".*",
@@ -65,7 +66,7 @@ MM2_DEFAULTS: Final[Mapping[str, str]] = MappingProxyType({
     "sync.group.offsets.interval.seconds": "60",
     "consumer.poll.timeout.ms": "1000",
     "admin.timeout.ms": "60000",
-    # Connect-worker properties MM2's behaviour depends on (spec §7.5 "Runtime").
+    # Connect-worker properties MM2's behaviour depends on (MirrorMakerConfig).
     "offset.storage.replication.factor": "3",
     "offset.flush.interval.ms": "60000",
 })
@@ -243,7 +244,7 @@ class Status(enum.Enum):
 
 
 def is_connection_key(key: str) -> bool:
-    """Keys every client of a cluster inherits (spec §7.3 "client-connection keys")."""
+    """Keys every client of a cluster inherits (MirrorMakerConfig.clientConfig)."""
     return key in ("bootstrap.servers", "security.protocol") or key.startswith(("ssl.", "sasl."))
 
 

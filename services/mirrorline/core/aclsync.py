@@ -1,6 +1,6 @@
 """Which ACLs a flow copies to its target, and (in `full` mode) which it removes. Pure.
 
-MM2's rules (spec §4.7, `sync.topic.acls.mode = mm2`, the default): only LITERAL TOPIC
+MM2's rules (syncTopicAcls, `sync.topic.acls.mode = mm2`, the default): only LITERAL TOPIC
 ACLs whose topic the flow replicates; ALLOW WRITE is never copied, ALLOW ALL becomes
 ALLOW READ (only the mirror writes to remote topics); the name becomes the remote topic's.
 Nothing is ever deleted downstream. MM2's quirk is kept: a LITERAL ACL on `*` (Kafka's

@@ -1,4 +1,4 @@
-"""Checkpoint decisions of the checkpoint task (spec §5.5-§5.7), free of any Kafka client.
+"""Checkpoint decisions of MM2's MirrorCheckpointTask, free of any Kafka client.
 
 Three concerns live here:
 

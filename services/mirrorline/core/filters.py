@@ -1,4 +1,4 @@
-"""Topic, group and config-property filters with MM2's list and regex semantics (spec §1, §4).
+"""Topic, group and config-property filters with MM2's list and regex semantics (ConfigDef).
 
 Operators reuse their MM2 properties files, so a filter must select exactly the names Java MM2
 selects.  Three Java behaviours carry over on purpose:
@@ -165,7 +165,8 @@ class GroupFilter(NameFilter):
 def should_replicate_topic(topic: str, *, policy: ReplicationPolicy,
                            topic_filter: NamePredicate, target_alias: str,
                            heartbeats_replication_enabled: bool, canary_enabled: bool) -> bool:
-    """Whether a source topic is copied by the flow to `target_alias` (spec §4.3).
+    """Whether a source topic is copied by the flow to `target_alias` (MM2's
+    MirrorSourceConnector.shouldReplicateTopic).
 
     Heartbeats bypass the topic filter (when enabled) so that topology discovery works even
     with a narrow `topics` list, and so do canary topics when the flow's canary is on

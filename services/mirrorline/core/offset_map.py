@@ -2,7 +2,7 @@
 
 After every batch the target acknowledged, the replicator publishes runs "source offsets
 ``[u, u + count)`` landed at ``[d, d + count)``" (``mirrorline.v1.OffsetMapRecord``).  Unlike
-MM2's sparse offset syncs (spec §4.9, §5.4) this lets a committed offset be translated exactly.
+MM2's sparse offset syncs (OffsetSyncStore) this lets a committed offset be translated exactly.
 
 Model and assumptions
 ---------------------

@@ -1,4 +1,4 @@
-"""MM2's OffsetSyncStore: the offset-sync history and the translation rule (spec §5.4).
+"""MM2's OffsetSyncStore: the offset-sync history and the translation rule.
 
 The checkpoint side must translate a group's committed upstream offset into a downstream offset
 without ever skipping data.  The offset-syncs topic only keeps the latest sync per partition after
@@ -98,7 +98,7 @@ def _repair(slots: list[OffsetSync], old: Sequence[OffsetSync], new: OffsetSync)
 class OffsetSyncStore:
     """Offset-sync history per upstream partition plus the conservative translation rule.
 
-    Lifecycle, mirroring the checkpoint task's startup (§5.3): :meth:`start_initial_read`, then
+    Lifecycle, mirroring MirrorCheckpointTask's start: :meth:`start_initial_read`, then
     :meth:`add` for every record of the offset-syncs topic up to its end, then
     :meth:`finish_initial_read`; afterwards keep calling :meth:`add` while tailing the topic.
     Translation answers None until the initial read has finished, so nothing is translated from a

@@ -1,4 +1,4 @@
-"""Deciding which offset syncs the source side publishes, and when (spec §4.9).
+"""Deciding which offset syncs the source side publishes, and when (MM2's OffsetSyncWriter).
 
 The source task learns, for every record the target acknowledged, where it landed downstream.
 Publishing every such pair would flood the offset-syncs topic, so a sync is published *now* only
@@ -57,7 +57,7 @@ class PartitionSyncState:
     def update(self, upstream: int, downstream: int) -> bool:
         """Record that ``upstream`` was written at ``downstream``; True if a sync is due now."""
         first = self.last_sync_downstream == -1
-        # Translation lands one past the last sync (§5.4.5), hence the +1.
+        # Translation lands one past the last sync (OffsetSyncStore), hence the +1.
         too_stale = downstream - (self.last_sync_downstream + 1) >= self.offset_lag_max
         upstream_gap = upstream - self.previous_upstream != 1
         downstream_rewound = downstream < self.previous_downstream

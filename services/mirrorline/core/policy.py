@@ -1,4 +1,4 @@
-"""Replication policies: how remote topics are named and how a name is read back (spec §3).
+"""MM2's ReplicationPolicy: how remote topics are named and how a name is read back.
 
 The policy is the only thing that ties a topic name on one cluster to its name on another, so
 every component (replication, checkpoints, heartbeats, topology discovery) must agree with Java
@@ -71,7 +71,7 @@ def policy_kind(name: str) -> PolicyKind | None:
 
 
 class ReplicationPolicy(ABC):
-    """Naming contract shared by all policies (spec §3.1).
+    """Naming contract shared by all policies (MM2's ReplicationPolicy interface).
 
     Subclasses supply the three name-parsing primitives; everything else is derived from them
     with the same default bodies MM2's interface has, so a custom policy behaves like one
@@ -167,7 +167,7 @@ def _java_split(text: str, sep: str) -> list[str]:
 
 
 class DefaultReplicationPolicy(ReplicationPolicy):
-    """``<source><sep><topic>`` naming, MM2's default (spec §3.2).
+    """``<source><sep><topic>`` naming, MM2's DefaultReplicationPolicy.
 
     `separator=None` means `replication.policy.separator` was not configured: "." is used
     everywhere and `internal_topic_separator_enabled` is ignored, exactly as MM2 only reads
@@ -226,7 +226,7 @@ class DefaultReplicationPolicy(ReplicationPolicy):
 
 
 class IdentityReplicationPolicy(DefaultReplicationPolicy):
-    """Keeps topic names unchanged, except heartbeats (spec §3.4).
+    """Keeps topic names unchanged, except heartbeats (MM2's IdentityReplicationPolicy).
 
     Without renaming, a data topic carries no trace of where it came from, so `topic_source`
     can only answer with the configured source alias (None when none was given), and cycles
@@ -293,7 +293,7 @@ def make_policy(settings: PolicySettings, source_alias: str | None = None) -> Re
 
 
 def is_cycle(policy: ReplicationPolicy, topic: str, target_alias: str) -> bool:
-    """True when `topic` already passed through `target_alias` (spec §3.3).
+    """True when `topic` already passed through `target_alias` (MirrorSourceConnector.isCycle).
 
     Walks the chain of upstream names; any hop whose source is the target means the records
     would be copied back to where they came from.  The walk ends without a cycle when a name
@@ -318,7 +318,7 @@ def checkpoint_topic_name(policy: ReplicationPolicy, topic: str, *,
 
     A topic that itself came from the target maps back to its *original* name there (so a
     failback lands on the topic the group first consumed); any other topic maps to its remote
-    name on the target.  This is MM2's `renameTopicPartition` (spec §5.5); note it uses
+    name on the target.  This is MirrorCheckpointTask's `renameTopicPartition`; note it uses
     `original_topic`, not one `upstream_topic` step.
     """
     if policy.topic_source(topic) == target_alias:

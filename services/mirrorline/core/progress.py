@@ -1,4 +1,4 @@
-"""Replication progress in Kafka Connect's source-offset format (spec §2.7).
+"""Replication progress in Kafka Connect's source-offset format (MM2's MirrorUtils).
 
 Java MM2 (dedicated mode) keeps each source task's position in ``mm2-offsets.<source>.internal``
 on the target cluster, as Connect source offsets: key ``[<connector>, <partition map>]`` and

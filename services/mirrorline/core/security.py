@@ -126,7 +126,7 @@ def bind_problem(host: str, security: GrpcSecurity) -> str | None:
         return None
     if not security.tls:
         return (f"refusing to serve gRPC on {host} without TLS: set mirrorline.grpc.tls.* "
-                "(see the README's production section), or mirrorline.grpc.insecure = true "
+                "(see docs/security.md), or mirrorline.grpc.insecure = true "
                 "to accept an unauthenticated, plaintext API")
     if not security.authenticates:
         return (f"refusing to serve gRPC on {host} without authentication: set "

@@ -39,7 +39,7 @@ class ClusterSettings:
 
 @dataclass(frozen=True)
 class ClientSettings:
-    """Client configs (Java names) for one flow, resolved with the precedence of spec §7.3."""
+    """Client configs (Java names) for one flow, resolved as MirrorMakerConfig layers them."""
 
     source_consumer: Mapping[str, str]
     source_producer: Mapping[str, str]
@@ -120,7 +120,7 @@ class FlowSettings:
     #: `sync.mode`: "apply" lets the config-sync service change the target, "plan" only
     #: reports drift until an operator applies it.
     sync_mode: Literal["apply", "plan"] = "apply"
-    #: `sync.topic.acls.mode`: "mm2" (MM2's rules) or "full" (see the README).
+    #: `sync.topic.acls.mode`: "mm2" (MM2's rules) or "full" (see docs/config-sync.md).
     sync_topic_acls_mode: Literal["mm2", "full"] = "mm2"
     #: Upper bound for each admin-client call (MM2's `admin.timeout.ms`, default 60000).
     admin_timeout_ms: int = 60000

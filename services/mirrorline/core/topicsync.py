@@ -5,7 +5,7 @@ what differs and what the sync would do about it, and the same answer is shown t
 operator as a drift plan (`mirrorline admin drift`) and applied by the sync round. One
 function decides, so a plan never promises what a round would not do.
 
-Config semantics are MM2's periodic sync (spec §4.6): read-only, sensitive, static-broker
+Config semantics are MM2's periodic sync (syncTopicConfigs): read-only, sensitive, static-broker
 and excluded properties are never touched; a source value that is not the source's default
 is SET on the remote topic; where the source uses its default, the remote topic's override
 is DELETEd so it falls back to the target's default (with `use.defaults.from = source` the

@@ -3,7 +3,7 @@
 MM2 needs no registry of who replicates to whom: heartbeats are renamed at every hop
 (``b.a.heartbeats`` on cluster c means a -> b -> c), so a cluster's topic list already encodes
 its upstream graph.  These functions take that list (from a metadata request made elsewhere)
-and answer the MirrorClient questions (spec §3.5).  Results are sets because the answers are
+and answer the MirrorClient questions.  Results are sets because the answers are
 unordered in MM2 too.
 
 Walks stop at an alias already seen: identity-style policies map a name to itself, and a

@@ -2,7 +2,7 @@
 
 Mirrorline's dense offset map (:mod:`mirrorline.core.offset_map`) answers first; when it has no
 history for the offset (copied before the map existed, or aged out) MM2's sparse offset syncs
-(:class:`~mirrorline.core.offset_sync_store.OffsetSyncStore`, spec §5.4.5) answer with MM2's
+(:class:`~mirrorline.core.offset_sync_store.OffsetSyncStore`) answer with MM2's
 conservative rule.  Neither ever answers an offset at which a consumer would skip a record:
 
 * offset map: see :meth:`OffsetMap.locate` -- exact, except beyond where replication had

@@ -1,4 +1,5 @@
-"""Byte-exact codecs for the records on MM2's internal topics (spec §2.1-§2.4).
+"""Byte-exact codecs for the records on MM2's internal topics (MM2's Heartbeat,
+Checkpoint and OffsetSync classes).
 
 Java MM2 writes these records with Kafka's classic protocol ``Struct`` encoding: big-endian
 fixed-width integers and INT16-length-prefixed UTF-8 strings, concatenated in schema order with
@@ -127,7 +128,7 @@ class _Reader:
 
 @dataclass(frozen=True, slots=True)
 class Heartbeat:
-    """A record of the ``heartbeats`` topic (§2.2)."""
+    """A record of the ``heartbeats`` topic (MM2's ``Heartbeat``)."""
 
     source_alias: str
     target_alias: str
@@ -159,7 +160,7 @@ class Heartbeat:
 
 @dataclass(frozen=True, slots=True)
 class Checkpoint:
-    """A record of ``<source>.checkpoints.internal`` (§2.3).
+    """A record of ``<source>.checkpoints.internal`` (MM2's ``Checkpoint``).
 
     ``topic`` is the *downstream* (renamed) topic; ``partition`` is the same on both sides.
     """
@@ -215,7 +216,7 @@ class Checkpoint:
 
 @dataclass(frozen=True, slots=True)
 class OffsetSync:
-    """A record of the offset-syncs topic (§2.4); ``topic`` is the *upstream* topic.
+    """A record of the offset-syncs topic (MM2's ``OffsetSync``); ``topic`` is the *upstream* topic.
 
     Value equality is provided for convenience, but the offset-sync store deliberately compares
     instances by identity (``is``): two syncs with equal fields read from two records are distinct

@@ -14,8 +14,8 @@ What running MM2 4.3.1 here showed (and the tests rely on):
   `mm2-status.<s>.internal`. The progress record of a partition has the key
   `["MirrorSourceConnector",{"cluster":"<s>","partition":P,"topic":"<topic>"}]` and the
   value `{"offset":N}`, N being the offset of the last record copied (it resumes at N+1).
-- MM2's defaults ask for more replicas than a one-node cluster has (see the README's
-  "Defaults that differ from MM2"); the internal topics of one flow are created with
+- MM2's defaults ask for more replicas than a one-node cluster has (see
+  docs/configuration-keys.md); the internal topics of one flow are created with
   `replication.factor`, `checkpoints.topic.replication.factor`,
   `heartbeats.topic.replication.factor`, `offset-syncs.topic.replication.factor` and the
   worker's `offset.storage`, `config.storage`, `status.storage` factors, so on the

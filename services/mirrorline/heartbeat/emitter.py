@@ -1,5 +1,5 @@
 """MM2 heartbeats: every interval, one record per cluster pair into the target's
-`heartbeats` topic (spec §2.2, §6).
+`heartbeats` topic (MirrorHeartbeatTask).
 
 As MM2's dedicated mode does, a pair emits whether or not its flow replicates: for an
 enabled flow A->B, the heartbeats of pair B->A land in A's `heartbeats`, and the A->B

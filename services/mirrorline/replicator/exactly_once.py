@@ -46,7 +46,7 @@ async def check_exactly_once(flow: FlowSettings, raw: Mapping[str, str]) -> bool
         log.warning("%s: %s = %s, but this replicator's Kafka client cannot run transactions "
                     "on %s (InitProducerId: %s): records are copied without them (a batch "
                     "can be seen half-written by read_committed consumers); crashes still "
-                    "copy nothing twice (see the README)", flow.name, request.key,
+                    "copy nothing twice (see docs/guarantees.md)", flow.name, request.key,
                     request.value, flow.target, why)
         return False
     raise ConfigError(request.key, (

@@ -79,7 +79,7 @@ class SparkDriver:
         # The driver JVM compiles with C1 only and collects with the serial GC: on a small
         # machine C2's compiler threads and G1's background threads compete with the
         # copying for the cores during start-up and the first micro-batches (measured: a
-        # faster start and no loss of throughput, see README "Running on Spark"). The
+        # faster start and no loss of throughput, see docs/spark.md). The
         # executors of a cluster keep the JVM's defaults.
         # The sink's Python worker gets its input in Arrow batches of this many rows, and
         # Spark fills a batch before sending it: with the default (10 000) a writer task
