@@ -13,7 +13,8 @@ it reaches all of them:
   the log says (`on_joined`) and, for services the Admin API forwards to, announce the
   address to the leading controller;
 * health: re-evaluated every second (`evaluate_health`, by default `serving`), and
-  NOT_SERVING in any case until the control log is read;
+  NOT_SERVING in any case until the control log is read (and, with the reason logged,
+  when what follows joining failed);
 * stop, bounded at every step: health NOT_SERVING, the host's tasks cancelled until
   they end (`cancel_and_wait`), the service's parts (`stop_parts`, each bounded with
   `stop_within`), the control plane (`close_home`), the rest (`stop_rest`), gRPC and
@@ -38,6 +39,7 @@ from mirrorline.controlplane.announce import announce_forever
 from mirrorline.controlplane.home import control_topics, home_clients, home_cluster
 from mirrorline.controlplane.join import join_home
 from mirrorline.controlplane.log import ControlLog
+from mirrorline.core.errors import one_line
 from mirrorline.core.settings import MirrorSettings
 from mirrorline.grpcserver import ServiceServer
 from mirrorline.runtime import cancel_and_wait, stop_within
@@ -88,6 +90,8 @@ class ServiceHost:
         self.home_error: str | None = None
         #: The control plane is open (`on_joined` has been called).
         self.joined_home = False
+        #: Why `on_joined` failed (health stays NOT_SERVING); None when it did not.
+        self.start_error: str | None = None
         self._tasks: list[asyncio.Task[None]] = []
         #: Logs under the service's own module name, as each service logged before.
         self._log = logging.getLogger(type(self).__module__)
@@ -189,7 +193,14 @@ class ServiceHost:
         await join_home(self.settings, self.home, self.open_home, self.close_home,
                         report=self.report_home)
         self.joined_home = True
-        await self.on_joined()
+        try:
+            await self.on_joined()
+        except Exception as exc:  # said, never lost in a task nobody reads
+            self.start_error = f"starting after joining the control log failed: " \
+                               f"{one_line(exc)}"
+            self._log.error("%s %s: %s", self.kind, self.instance_id, self.start_error)
+            self._log.debug("starting after joining failed", exc_info=True)
+            return
         if self.announces:
             assert self._control is not None
             self.spawn(announce_forever(self._control, self.kind, self.instance_id,
@@ -198,7 +209,8 @@ class ServiceHost:
     async def _health(self) -> None:
         while True:
             # NOT_SERVING while joining, whatever else the service would say.
-            serving = self.evaluate_health() and (self.joined_home or not self.joins)
+            serving = self.evaluate_health() and self.start_error is None \
+                and (self.joined_home or not self.joins)
             await self._grpc.set_serving(serving)
             await asyncio.sleep(HEALTH_S)
 
