@@ -385,7 +385,7 @@ async def test_every_service_joining_an_unreachable_home_says_why_and_stops_on_s
     managed heartbeat service said SERVING); once refused, it says why in the one
     unreachable form (cluster, kind of failure, address); SIGTERM while it is still
     joining, a connection in flight, stops it cleanly -- status 0, no traceback, no client
-    left unclosed, no step of its stop given up on. A lifecycle fix that does not reach
+    left unclosed, no ERROR, no step of its stop given up on. A lifecycle fix that does not reach
     one of the services fails here."""
     cluster = _SilentCluster(free_port())
     config = tmp_path / "mm2.properties"
@@ -417,7 +417,8 @@ async def test_every_service_joining_an_unreachable_home_says_why_and_stops_on_s
         await cluster.down()
     log = proc.log_tail(400)
     assert code == 0, log
-    for bad in ("Traceback", "not waiting for it", "did not end when cancelled", "Unclosed"):
+    for bad in ("Traceback", "not waiting for it", "did not end when cancelled", "Unclosed",
+                " ERROR "):
         assert bad not in log, log
 
 
