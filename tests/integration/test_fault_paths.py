@@ -384,9 +384,9 @@ async def test_every_service_joining_an_unreachable_home_says_why_and_stops_on_s
     then silent again: NOT_SERVING while it has not read the log (before one host, the
     managed heartbeat service said SERVING); once refused, it says why in the one
     unreachable form (cluster, kind of failure, address); SIGTERM while it is still
-    joining, a connection in flight, stops it cleanly -- status 0, no traceback, no client
-    left unclosed, no ERROR, no step of its stop given up on. A lifecycle fix that does not reach
-    one of the services fails here."""
+    joining, a connection in flight, stops it cleanly -- status 0, no traceback, no ERROR,
+    no client left unclosed, no step of its stop given up on. A lifecycle fix that does not
+    reach one of the services fails here."""
     cluster = _SilentCluster(free_port())
     config = tmp_path / "mm2.properties"
     # Both clusters at the silent address: nothing fails until the test says so.
