@@ -8,7 +8,7 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 # The tag deploy/kubernetes runs; push it where your cluster pulls from (IMAGE=reg/mirrorline:X).
 IMAGE   ?= mirrorline:$(VERSION)
 
-.PHONY: install kafka demo image test test-unit test-tansu lint bench proto proto-check clean certs compose-certs
+.PHONY: install kafka prometheus demo image test test-unit test-tansu lint bench proto proto-check clean certs compose-certs
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -23,13 +23,18 @@ install: $(STAMP)
 kafka: install
 	$(BIN)/mirrorline dev kafka install
 
+# Debian's prometheus package (2.42), unpacked into ~/.cache/mirrorline without root (see
+# services/mirrorline/dev/prometheus.py); the dashboards' test runs it.
+prometheus: install
+	$(BIN)/mirrorline dev prometheus install
+
 demo: install
 	$(BIN)/mirrorline dev demo
 
 image:
 	docker build -f deploy/Dockerfile -t $(IMAGE) .
 
-test: install kafka
+test: install kafka prometheus
 	$(BIN)/pytest -q
 
 # The same suite on the embedded Tansu broker (pip only, no Java).

@@ -41,18 +41,25 @@ class _Traces(trace_service_pb2_grpc.TraceServiceServicer):
 
 
 class _Metrics(metrics_service_pb2_grpc.MetricsServiceServicer):
+    def __init__(self, names: list[str]) -> None:
+        self._names = names
+
     async def Export(self, request: metrics_service_pb2.ExportMetricsServiceRequest,
                      context: Any) -> metrics_service_pb2.ExportMetricsServiceResponse:
-        return metrics_service_pb2.ExportMetricsServiceResponse()  # accepted, not kept
+        self._names.extend(m.name for rm in request.resource_metrics
+                           for sm in rm.scope_metrics for m in sm.metrics)
+        return metrics_service_pb2.ExportMetricsServiceResponse()  # names kept only
 
 
 class OtlpReceiver:
     def __init__(self) -> None:
         self.spans: list[ReceivedSpan] = []
+        #: The name of every metric pushed here, once per export.
+        self.metric_names: list[str] = []
         self._server = grpc.aio.server()
         trace_service_pb2_grpc.add_TraceServiceServicer_to_server(_Traces(self.spans),
                                                                   self._server)
-        metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(_Metrics(),
+        metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(_Metrics(self.metric_names),
                                                                       self._server)
         self.port = 0
 

@@ -68,6 +68,14 @@ class FlowCheckpointer:
         self.last_checkpoint_ms: dict[str, int] = {}
         self.latency = SampledStat()
         self.error: str | None = None
+        #: Checkpoint rounds that failed or waited for an unreachable source (a metric).
+        self.failed_rounds = 0
+        #: Wall-clock ms at the end of the last round that brought every group's
+        #: checkpoint up to date (written, or confirmed unchanged); None before the first.
+        self.current_ms: int | None = None
+        #: group -> committed partitions of the flow its last round could not translate
+        #: (no offset sync yet, or the offset is older than the oldest sync): a metric.
+        self.unmapped: dict[str, int] = {}
         #: Why the source cannot be reached, while the flow's runner knows it cannot
         #: (it says so itself, once): rounds wait instead of failing every interval.
         self.source_down: str | None = None
@@ -165,6 +173,7 @@ class FlowCheckpointer:
         while True:
             if self.source_down is not None:
                 self.error = f"checkpointing waits for the source: {self.source_down}"
+                self.failed_rounds += 1
                 await asyncio.sleep(self.flow.emit_checkpoints_interval_s)
                 continue
             try:
@@ -177,6 +186,7 @@ class FlowCheckpointer:
                     refreshed = time.monotonic()
                 if self.translator.ready:
                     await self.emit_once()
+                    self.current_ms = int(time.time() * 1000)
                 self.error = None
             except Exception as exc:  # log (once per cause) and keep the schedule
                 servers = [self.flow.clients.source_admin.get("bootstrap.servers", ""),
@@ -185,6 +195,7 @@ class FlowCheckpointer:
                 if error != self.error:
                     log.warning("%s: %s", self.name, error)
                 self.error = error
+                self.failed_rounds += 1
             await asyncio.sleep(self.flow.emit_checkpoints_interval_s)
 
     async def emit_once(self) -> int:
@@ -194,14 +205,23 @@ class FlowCheckpointer:
         for group in sorted(self.groups):
             listed_ms = int(time.time() * 1000)
             committed = await self.source_groups.committed(group, partitions)
+            untranslated = [0]
+
+            def translate(topic: str, partition: int, upstream: int,
+                          untranslated: list[int] = untranslated) -> int | None:
+                offset = self.translator.checkpoint_offset(topic, partition, upstream)
+                if offset is None or offset < 0:
+                    untranslated[0] += 1
+                return offset
             try:
                 checkpoints = compute_checkpoints(
-                    group, dict(committed), translate=self.translator.checkpoint_offset,
+                    group, dict(committed), translate=translate,
                     rename=self.rename, accepts_topic=self.topic_filter.accepts,
                     store=self.store)
             except ValueError as exc:  # two source topics renamed onto one remote partition
                 log.warning("%s: group %s skipped: %s", self.name, group, exc)
                 continue
+            self.unmapped[group] = untranslated[0]
             if not checkpoints:
                 continue
             self.store.update(checkpoints)

@@ -215,9 +215,21 @@ class CheckpointerService(FlowService[FlowRunner]):
                     attrs = {"source": runner.flow.source, "target": runner.flow.target}
                     if pick == "started":
                         out.append(Observation(int(runner.started), attrs))
-                    elif runner.checkpointer is not None:
+                    elif runner.checkpointer is None:
+                        continue
+                    elif pick == "groups":
                         out.append(Observation(len(runner.checkpointer.last_checkpoint_ms),
                                                attrs))
+                    elif pick == "failed":
+                        out.append(Observation(runner.checkpointer.failed_rounds, attrs))
+                    elif pick == "unmapped":
+                        out.append(Observation(sum(runner.checkpointer.unmapped.values()),
+                                               attrs))
+                    elif pick == "age" and runner.checkpointer.current_ms is not None:
+                        # How stale the checkpoints a consumer failing over now would
+                        # start from may be: grows while rounds fail.
+                        out.append(Observation(
+                            time.time() * 1000 - runner.checkpointer.current_ms, attrs))
                 return out
             return callback
 
@@ -228,3 +240,14 @@ class CheckpointerService(FlowService[FlowRunner]):
                                                   "(its target answered), else 0")
         meter.create_observable_gauge("checkpoint-groups", callbacks=[per_flow("groups")],
                                       description="consumer groups checkpointed so far")
+        meter.create_observable_gauge("checkpoint-age-ms", callbacks=[per_flow("age")],
+                                      description="ms since the flow's checkpoints were last "
+                                                  "brought up to date (a round succeeded)")
+        meter.create_observable_gauge("checkpoint-unmapped-partitions",
+                                      callbacks=[per_flow("unmapped")],
+                                      description="committed partitions the last round could "
+                                                  "not translate (no offset sync covers them)")
+        meter.create_observable_counter("checkpoint-failed-rounds",
+                                        callbacks=[per_flow("failed")],
+                                        description="checkpoint rounds that failed or waited "
+                                                    "for an unreachable source")

@@ -35,7 +35,8 @@ from mirrorline.dev.portcheck import is_free
 
 #: Modules adding further `dev` subcommands through `register(dev_subparsers)`; a module that
 #: does not exist (yet) is skipped, as in `mirrorline.cli._COMMAND_MODULES`.
-_DEV_COMMAND_MODULES = ("mirrorline.cli.demo", "mirrorline.cli.records", "mirrorline.cli.kafka")
+_DEV_COMMAND_MODULES = ("mirrorline.cli.demo", "mirrorline.cli.records", "mirrorline.cli.kafka",
+                        "mirrorline.cli.prometheus")
 
 DEFAULT_ALIASES = ("primary", "backup")
 

@@ -39,6 +39,11 @@ class FlowRunner:
         self.error: str | None = None
         self.rounds = 0
         self.last_round_ms = 0
+        #: Changes the rounds applied, and those the target refused (metrics).
+        self.applied_changes = 0
+        self.failed_changes = 0
+        #: Rounds (and connection attempts) that failed (a metric).
+        self.failed_rounds = 0
         self._admins: list[ClusterAdmin] = []
         self._records: SyncRecords | None = None
         self._task: asyncio.Task[None] | None = None
@@ -103,6 +108,7 @@ class FlowRunner:
                 self.error = unreachable(alias, exc, clients.get("bootstrap.servers"),
                                          role="source" if alias == flow.source else "target")
                 log.warning("%s: %s; retrying", flow.name, self.error)
+                self.failed_rounds += 1
                 if self._records is not None:
                     with contextlib.suppress(Exception):
                         await self._records.stop()
@@ -132,7 +138,9 @@ class FlowRunner:
             now = time.monotonic()
             acls_due = now >= next_acls
             try:
-                await sync.round(acls=acls_due)
+                result = await sync.round(acls=acls_due)
+                self.applied_changes += sum(1 for entry in result.applied if entry.ok)
+                self.failed_changes += sum(1 for entry in result.applied if not entry.ok)
                 self.error, attempt = None, 0
                 self.rounds += 1
                 self.last_round_ms = int(time.time() * 1000)
@@ -141,6 +149,7 @@ class FlowRunner:
                 wait = min(topic_every, max(0.0, next_acls - time.monotonic()))
             except Exception as exc:
                 self.error = f"sync round failed: {exc!r}"
+                self.failed_rounds += 1
                 log.warning("%s: %s; retrying", self.flow.name, self.error)
                 wait = backoff.delay(attempt)
                 attempt += 1

@@ -58,6 +58,11 @@ class ConfigSyncService(FlowService[FlowRunner]):
                     out.append(Observation(len(plan.unavailable), attrs))
                 elif pick == "rounds":
                     out.append(Observation(runner.rounds, attrs))
+                elif pick == "applied":
+                    out.append(Observation(runner.applied_changes, attrs))
+                elif pick == "failures":  # both kinds from 0, so increase() sees the first
+                    out.append(Observation(runner.failed_rounds, {**attrs, "kind": "round"}))
+                    out.append(Observation(runner.failed_changes, {**attrs, "kind": "change"}))
             return out
 
         def callback(pick: str):  # type: ignore[no-untyped-def]
@@ -79,3 +84,10 @@ class ConfigSyncService(FlowService[FlowRunner]):
         meter.create_observable_counter(
             "configsync-rounds", callbacks=[callback("rounds")],
             description="sync rounds completed")
+        meter.create_observable_counter(
+            "configsync-applied-changes", callbacks=[callback("applied")],
+            description="changes (configs, partitions, ACLs) the rounds applied to the target")
+        meter.create_observable_counter(
+            "configsync-failures", callbacks=[callback("failures")],
+            description="failed rounds or connection attempts (kind=round) and changes the "
+                        "target refused (kind=change)")

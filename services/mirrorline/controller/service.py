@@ -355,6 +355,39 @@ class ControllerService(ServiceHost):
             lambda: len(self.state.owners))])
         meter.create_observable_gauge("live-workers", callbacks=[observe(
             lambda: len(self.registry.live()))])
+
+        # What `admin status` says, as numbers: only the leader knows it (a standby
+        # reports nothing, so a dashboard's sum is the leader's).
+        def counts() -> tuple[dict[str, int], dict[tuple[str, str], int]] | None:
+            if self._control is None or not self.is_leader:
+                return None
+            return status.state_counts(status.report(
+                self.state, self.registry, self.discoveries,
+                controller_id=self.controller_id, measured=self.lag))
+
+        def flow_states(_: CallbackOptions) -> list[Observation]:
+            found = counts()
+            return [] if found is None else [
+                Observation(n, {"controller": self.controller_id, "state": s})
+                for s, n in found[0].items()]
+
+        def partition_states(_: CallbackOptions) -> list[Observation]:
+            found = counts()
+            out = []
+            for (flow, s), n in (found[1] if found is not None else {}).items():
+                record = self.state.flows.get(flow)
+                if record is not None:
+                    out.append(Observation(n, {"source": record.source,
+                                               "target": record.target, "state": s}))
+            return out
+
+        meter.create_observable_gauge("flows-by-state", callbacks=[flow_states],
+                                      description="flows per state, as admin status shows "
+                                                  "them (leader only)")
+        meter.create_observable_gauge("partitions-by-state", callbacks=[partition_states],
+                                      description="partitions per flow and state (running, "
+                                                  "paused, error, unassigned, starting; "
+                                                  "leader only)")
         self.lag.register_metrics(meter)
 
 

@@ -158,3 +158,26 @@ def workers(state: ControlState, registry: WorkerRegistry) -> admin_pb2.ListWork
             kind=view.kind if view else "", ui_address=view.ui_address if view else "",
             problem=view.problem if view else "")
     return out
+
+
+#: The states the controller's state metrics report, each from 0 (a series that appears
+#: only once non-zero shows no change to a dashboard): lower-case protobuf names.
+PARTITION_STATES = ("starting", "running", "paused", "error", "unassigned")
+FLOW_STATES = ("starting", "running", "paused", "error")
+
+
+def state_counts(report: admin_pb2.StatusReport
+                 ) -> tuple[dict[str, int], dict[tuple[str, str], int]]:
+    """(flows per state, partitions per (flow, state)) of a status report, every state of
+    every flow of the report present, 0 when nothing is in it."""
+    flows = dict.fromkeys(FLOW_STATES, 0)
+    partitions = {(f.flow, s): 0 for f in report.flows for s in PARTITION_STATES}
+    for f in report.flows:
+        name = flows_pb2.FlowState.Name(f.state).removeprefix("FLOW_STATE_").lower()
+        if name in flows:
+            flows[name] += 1
+    for p in report.partitions:
+        name = flows_pb2.PartitionState.Name(p.state).removeprefix("PARTITION_STATE_").lower()
+        if (p.flow, name) in partitions:
+            partitions[(p.flow, name)] += 1
+    return flows, partitions

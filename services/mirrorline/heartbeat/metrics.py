@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
 from mirrorline.core.canary import Health
+from mirrorline.core.record_audit import Verdict
 
 if TYPE_CHECKING:
     from mirrorline.heartbeat.service import HeartbeatService
@@ -54,8 +55,11 @@ def register_metrics(service: HeartbeatService, meter: Meter) -> None:
         out = []
         for name in service.audited:
             by_verdict, _, _ = service.verdicts.totals(name)
-            for verdict, count in by_verdict.items():
-                out.append(Observation(count, {**flow_attrs(name), "verdict": verdict}))
+            # Every verdict from 0: a series born at 7 has no increase a dashboard can see.
+            for verdict in [*(v.value for v in Verdict),
+                            *sorted(set(by_verdict) - {v.value for v in Verdict})]:
+                out.append(Observation(by_verdict.get(verdict, 0),
+                                       {**flow_attrs(name), "verdict": verdict}))
         return out
 
     def verified(_options: CallbackOptions) -> list[Observation]:

@@ -2,10 +2,10 @@
 
 Each service calls `setup_telemetry` once at start. Metrics are always available on a
 Prometheus scrape endpoint of the service's own (an asyncio HTTP listener, no thread);
-traces and metrics are also exported over OTLP when `OTEL_EXPORTER_OTLP_ENDPOINT` is set
-(the OTel SDK's exporters run their own background threads, and the final flush at stop
-runs on a daemon thread of its own; that is the only place Mirrorline uses threads, and
-only when OTLP export is configured).
+traces and metrics are also exported over OTLP when `OTEL_EXPORTER_OTLP_ENDPOINT` is set,
+metrics not if `OTEL_METRICS_EXPORTER=none` (the OTel SDK's exporters run their own
+background threads, and the final flush at stop runs on a daemon thread of its own; that
+is the only place Mirrorline uses threads, and only when OTLP export is configured).
 
 Nothing here touches OTel's process-global providers: services receive their meter and
 tracer explicitly, so several services can share a process in tests without clobbering
@@ -36,6 +36,10 @@ from mirrorline.telemetry.prometheus import PrometheusEndpoint
 log = logging.getLogger(__name__)
 
 OTLP_ENV = "OTEL_EXPORTER_OTLP_ENDPOINT"
+#: OpenTelemetry's standard switch: `none` keeps metrics off OTLP (traces still go), for a
+#: set-up whose Prometheus scrapes every service itself -- pushing the same metrics to a
+#: collector that re-exposes them would give each series twice.
+METRICS_EXPORTER_ENV = "OTEL_METRICS_EXPORTER"
 #: How long a stopping service waits for its telemetry to reach the OTLP collector.
 FLUSH_TIMEOUT_S = 2.0
 
@@ -120,7 +124,9 @@ def setup_telemetry(service: str, *, instance: str, metrics_port: int | None = 0
         registry = CollectorRegistry(auto_describe=False)
         readers.append(PrometheusMetricReader(registry=registry))
         endpoint = PrometheusEndpoint(registry, host=metrics_host, port=metrics_port)
-    if otlp:
+    push_metrics = otlp is not None and \
+        os.environ.get(METRICS_EXPORTER_ENV, "otlp").strip().lower() != "none"
+    if push_metrics:
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
 
         readers.append(PeriodicExportingMetricReader(OTLPMetricExporter()))
@@ -130,7 +136,8 @@ def setup_telemetry(service: str, *, instance: str, metrics_port: int | None = 0
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 
         tracer_provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
-        log.info("%s: exporting traces and metrics over OTLP to %s", service, otlp)
+        log.info("%s: exporting traces%s over OTLP to %s", service,
+                 " and metrics" if push_metrics else "", otlp)
     return Telemetry(
         service=service,
         meter=meter_provider.get_meter("mirrorline", __version__),

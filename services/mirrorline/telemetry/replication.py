@@ -93,6 +93,10 @@ class ReplicationMetrics:
             metrics = PartitionMetrics({"source": source, "target": target,
                                         "topic": remote_topic, "partition": partition})
             self._partitions[key] = metrics
+            # The counters' series exist from 0: a dashboard's increase() or rate() then
+            # reads 0 for a partition that copied or lost nothing yet, not no data.
+            for counter in (self._record_count, self._byte_count, self._lost_count):
+                counter.add(0, metrics.attributes)
         return metrics
 
     def forget(self, source: str, target: str, remote_topic: str, partition: int) -> None:

@@ -8,10 +8,10 @@ import atexit
 import logging
 import shutil
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import grpc
-from opentelemetry.metrics import Meter
+from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
 from mirrorline.core.settings import MirrorSettings
 from mirrorline.grpcserver import ServiceServer
@@ -66,6 +66,7 @@ class SparkExecutorService(ServiceHost):
 
     def register_metrics(self, meter: Meter) -> None:
         self._replication = ReplicationMetrics(meter)
+        self._register_state_metrics(meter)
 
     def add_servicers(self, server: ServiceServer) -> None:
         server.add(replicator_pb2_grpc.add_ReplicatorServicer_to_server,
@@ -101,6 +102,30 @@ class SparkExecutorService(ServiceHost):
 
     async def stop_rest(self) -> None:
         await self.driver.stop()
+
+    def state_values(self) -> dict[str, int]:
+        """The executor's own state as numbers (its `spark-executor-*` gauges): serving,
+        fenced (cut off from the controller), problem (its query failed: partitions go
+        back to the workers) and the partitions it runs."""
+        agent = self.agent
+        return {"serving": int(self.serving()),
+                "fenced": int(agent is not None and agent.fenced),
+                "problem": int(agent is not None and bool(agent.problem)),
+                "partitions": 0 if agent is None else sum(
+                    len(run.partitions()) for run in list(agent.runs.values()))}
+
+    def _register_state_metrics(self, meter: Meter) -> None:
+        def observe(pick: str) -> Callable[[CallbackOptions], Iterable[Observation]]:
+            def callback(_: CallbackOptions) -> Iterable[Observation]:
+                return [Observation(self.state_values()[pick], {"executor": self.worker_id})]
+            return callback
+        for pick, description in (
+                ("serving", "1 while the executor serves (started, not fenced, no problem)"),
+                ("fenced", "1 while fenced: no heartbeat reached the controller in time"),
+                ("problem", "1 while its Spark query has failed (partitions given back)"),
+                ("partitions", "partitions the executor's query copies")):
+            meter.create_observable_gauge(f"spark-executor-{pick}", callbacks=[observe(pick)],
+                                          description=description)
 
     def serving(self) -> bool:
         agent = self.agent
