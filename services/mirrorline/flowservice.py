@@ -4,42 +4,34 @@ Such a service takes its flows from the properties file, or with `--managed` (as
 run` starts it) from the control log, followed live; it serves gRPC through `ServiceServer`
 with health NOT_SERVING until it can do its work, exports metrics through the telemetry
 module and, when managed, announces its address to the leading controller so that the
-Admin API can forward to it. Every one of those services must also come up while its home
-cluster does not answer and stop within seconds of SIGTERM in every state. That is the
-same code for each, so it lives here once; a service says only what is its own: its
-runner, its gRPC servicer, its metrics and when it is healthy.
+Admin API can forward to it. Telemetry, gRPC, joining, announcing and the bounded stop are
+the host's (`mirrorline.servicehost.ServiceHost`, shared by every service); what is here
+is keeping one runner per flow. A service says only what is its own: its runner, its gRPC
+servicer, its metrics and when it is healthy.
 
 A service package never imports another's, which is why this is not in either of them.
-Signals and the bounded stop after SIGTERM are `mirrorline.runtime`'s (`run_service`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 from collections.abc import Sequence
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 import grpc
-from opentelemetry.metrics import Meter
 
-from mirrorline.controlplane.announce import announce_forever
-from mirrorline.controlplane.join import open_control_log
 from mirrorline.controlplane.log import ControlLog
 from mirrorline.core.errors import ConfigError, one_line
 from mirrorline.core.flowdefs import Definition, flow_settings
 from mirrorline.core.settings import FlowSettings, MirrorSettings
-from mirrorline.grpcserver import ServiceServer
-from mirrorline.runtime import cancel_and_wait, stop_within
-from mirrorline.telemetry import Telemetry, setup_telemetry
+from mirrorline.runtime import stop_within
+from mirrorline.servicehost import ServiceHost
 
 __all__ = ["FlowRunnerLike", "FlowService"]
 
 #: How often the control log is re-read for changed flows when no change was signalled.
 FOLLOW_S = 5.0
-#: How often health is re-evaluated.
-HEALTH_S = 1.0
 
 
 class FlowRunnerLike(Protocol):
@@ -55,16 +47,15 @@ class FlowRunnerLike(Protocol):
 R = TypeVar("R", bound=FlowRunnerLike)
 
 
-class FlowService(Generic[R]):
-    """Start-up, flows (file or control log), announcement, health and stop.
+class FlowService(ServiceHost, Generic[R]):
+    """Flows (file or control log) on the service host.
 
     A subclass sets `kind` and the texts below, and implements `new_runner`,
     `add_servicers` and `serving`; `register_metrics`, `check_health` and `stop_more`
     are optional.
     """
 
-    #: The service's name: telemetry, logs, client ids and the announcement.
-    kind: ClassVar[str]
+    announces = True
     #: The configuration error when the file enables no flow for it.
     nothing_to_do: ClassVar[str]
     #: Completes "flow X cannot be ... here" when the control log names a flow it cannot run.
@@ -81,25 +72,15 @@ class FlowService(Generic[R]):
                  grpc_port: int = 0, metrics_host: str = "127.0.0.1",
                  metrics_port: int | None = 0, managed: bool = False,
                  advertise: str | None = None) -> None:
-        self.settings = settings
-        self.instance_id = self.kind if instance_id is None else instance_id
-        #: Logs under the service's own module name, as each service logged before.
-        self._log = logging.getLogger(type(self).__module__)
-        self._targets = tuple(targets) if targets else None
-        self._grpc = ServiceServer(name=f"{self.kind} {self.instance_id}", host=grpc_host,
-                                   port=grpc_port)
-        self._metrics = (metrics_host, metrics_port)
+        super().__init__(settings, instance_id=self.kind if instance_id is None
+                         else instance_id, targets=targets, grpc_host=grpc_host,
+                         grpc_port=grpc_port, metrics_host=metrics_host,
+                         metrics_port=metrics_port, advertise=advertise, joins=managed)
         self._managed = managed
-        self._advertise = advertise
         self.runners: dict[str, R] = {}
         #: The control log's definition each runner was made from (None: from the file).
         self._definitions: dict[str, Definition | None] = {}
-        self._control: ControlLog | None = None
-        self.telemetry: Telemetry | None = None
-        self._tasks: list[asyncio.Task[None]] = []
         self._changed = asyncio.Event()
-        #: Why the control log cannot be read (managed mode); None when it can.
-        self.error: str | None = None
         #: Flows of the control log this service cannot run: name -> (the definition
         #: tried, why). Said once in the log; an RPC about such a flow answers with it.
         self.rejected: dict[str, tuple[Definition, str]] = {}
@@ -112,17 +93,6 @@ class FlowService(Generic[R]):
     def new_runner(self, flow: FlowSettings) -> R:
         raise NotImplementedError
 
-    def add_servicers(self, server: ServiceServer) -> None:
-        """Add the service's gRPC servicers to `server` (not started yet)."""
-        raise NotImplementedError
-
-    def serving(self) -> bool:
-        """Whether health says SERVING now; `joined` is the part every service shares."""
-        raise NotImplementedError
-
-    def register_metrics(self, meter: Meter) -> None:
-        """Create the service's instruments (before anything runs)."""
-
     def check_health(self) -> None:
         """Called before each health evaluation, e.g. to start probes for new flows."""
 
@@ -130,6 +100,11 @@ class FlowService(Generic[R]):
         """Stop what the service started besides its runners (after the control log)."""
 
     # -- lifecycle ------------------------------------------------------------------------
+    @property
+    def error(self) -> str | None:
+        """Why the control log cannot be read (managed mode); None when it can."""
+        return self.home_error
+
     @property
     def joined(self) -> bool:
         """Standalone, or managed with the control log read."""
@@ -154,57 +129,31 @@ class FlowService(Generic[R]):
         assert runner is not None
         return runner
 
-    async def start(self) -> None:
+    async def check(self) -> None:
         if self.flows_required and not self._managed \
                 and not self.settings.enabled_flows(self._targets):
             raise ConfigError(None, self.nothing_to_do, source=self.settings.source_path)
-        self.telemetry = setup_telemetry(self.kind, instance=self.instance_id,
-                                         metrics_port=self._metrics[1],
-                                         metrics_host=self._metrics[0])
-        await self.telemetry.start()
-        self.register_metrics(self.telemetry.meter)
-        self.add_servicers(self._grpc)
-        port = await self._grpc.start()
-        address = self._advertise or f"127.0.0.1:{port}"
-        if self._managed:
-            self._tasks.append(asyncio.create_task(self._join(address),
-                                                   name="join the control plane"))
-        else:
+
+    async def started(self) -> None:
+        if not self._managed:
             for flow in self.settings.enabled_flows(self._targets):
                 self._add(flow.name, None, flow)
-        self._tasks.append(asyncio.create_task(self._health(), name="health"))
-        self._log.info("%s %s: gRPC %s (%s)", self.kind, self.instance_id, address,
-                 "flows from the control log" if self._managed else "flows from the file")
+        self._log.info("%s %s: gRPC %s (%s)", self.kind, self.instance_id, self.address,
+                       "flows from the control log" if self._managed
+                       else "flows from the file")
 
-    async def _join(self, address: str) -> None:
-        """Managed mode: read the control log (retrying while the home cluster does not
-        answer, one line per attempt), then follow it and announce this service."""
-        control = await open_control_log(self.settings, self._targets,
-                                         f"{self.kind}-{self.instance_id}",
-                                         report=self._home_error)
-        self._control = control
-        control.listen(lambda *_: self._changed.set())
-        self._follow_task = asyncio.create_task(self._follow(), name="follow control log")
-        self._tasks.append(self._follow_task)
-        self._tasks.append(asyncio.create_task(self._announce(address), name="announce"))
+    async def on_joined(self) -> None:
+        """Managed mode: follow the control log (the host then announces this service)."""
+        assert self._control is not None
+        self._control.listen(lambda *_: self._changed.set())
+        self._follow_task = self.spawn(self._follow(), "follow control log")
 
-    def _home_error(self, reason: str | None) -> None:
-        self.error = reason
-
-    async def stop(self) -> None:
-        """Bounded at every step: a stop never waits on a cluster that does not answer."""
-        await self._grpc.set_serving(False)
-        # Cancelled until they end: a client connecting to a cluster that does not
-        # answer can swallow one cancellation.
-        await cancel_and_wait(*self._tasks)
+    async def stop_parts(self) -> None:
         await stop_within(asyncio.gather(*(r.stop() for r in self.runners.values()),
                                          return_exceptions=True), 1.2, "stopping the flows")
-        if self._control is not None:
-            await stop_within(self._control.stop(), 0.3, "closing the control log reader")
+
+    async def stop_rest(self) -> None:
         await self.stop_more()
-        await self._grpc.stop(grace=0.3)
-        if self.telemetry is not None:
-            await self.telemetry.stop()
 
     # -- flows ----------------------------------------------------------------------------
     def _add(self, name: str, definition: Definition | None, flow: FlowSettings) -> None:
@@ -271,12 +220,6 @@ class FlowService(Generic[R]):
                     self._log.debug("flow %s: applying its definition failed", name,
                                     exc_info=True)
 
-    async def _announce(self, address: str) -> None:
-        """Tell the leading controller where to forward the Admin RPCs this service
-        answers."""
-        assert self._control is not None
-        await announce_forever(self._control, self.kind, self.instance_id, address)
-
     def stopped_following(self) -> str | None:
         """Why this managed service no longer follows the control log, or None."""
         if self.follow_error is not None:
@@ -290,18 +233,19 @@ class FlowService(Generic[R]):
                     + (f": {one_line(exc)}" if exc is not None else ""))
         return None
 
-    async def _health(self) -> None:
-        while True:
-            try:
-                self.check_health()
-                stopped = self.stopped_following()
-                serving = self.serving() and stopped is None
-            except Exception as exc:
-                stopped, serving = f"checking health failed: {one_line(exc)}", False
-            if stopped != self._said_unhealthy:
-                if stopped is not None:
-                    self._log.error("%s %s: NOT_SERVING: %s", self.kind, self.instance_id,
-                                    stopped)
-                self._said_unhealthy = stopped
-            await self._grpc.set_serving(serving)
-            await asyncio.sleep(HEALTH_S)
+    def evaluate_health(self) -> bool:
+        """SERVING while the service's work is healthy (`serving`; `joined` is the part
+        every service shares) and the control log is followed; why not is said once (at
+        ERROR) when following stopped."""
+        try:
+            self.check_health()
+            stopped = self.stopped_following()
+            serving = self.serving() and stopped is None
+        except Exception as exc:
+            stopped, serving = f"checking health failed: {one_line(exc)}", False
+        if stopped != self._said_unhealthy:
+            if stopped is not None:
+                self._log.error("%s %s: NOT_SERVING: %s", self.kind, self.instance_id,
+                                stopped)
+            self._said_unhealthy = stopped
+        return serving

@@ -25,6 +25,7 @@ from typing import Any
 
 import grpc
 from aiokafka.errors import KafkaError
+from opentelemetry.metrics import Meter
 
 from mirrorline.controller import status
 from mirrorline.controller.admin import AdminServicer
@@ -34,22 +35,21 @@ from mirrorline.controller.election import Election
 from mirrorline.controller.lag import UnownedLag
 from mirrorline.controller.reconciler import Reconciler
 from mirrorline.controller.workers import CoordinatorServicer, WorkerRegistry
-from mirrorline.controlplane.home import control_topics, home_clients, home_cluster
+from mirrorline.controlplane.home import control_topics, home_clients
 from mirrorline.controlplane.lease import LeaseBoard
 from mirrorline.controlplane.log import ControlLog
 from mirrorline.core.assignment import PartitionKey
-from mirrorline.core.backoff import Backoff
 from mirrorline.core.control import ControlState, Outcome
 from mirrorline.core.errors import one_line
 from mirrorline.core.flowdefs import Definition, differences, file_definitions
 from mirrorline.core.settings import FlowSettings, MirrorSettings
 from mirrorline.grpcserver import ServiceServer
 from mirrorline.kafka.admin import ClusterAdmin
-from mirrorline.kafka.causes import explain, unreachable
+from mirrorline.kafka.causes import explain
 from mirrorline.kafka.clients import admin_kwargs
 from mirrorline.kafka.health import ClusterProbe
 from mirrorline.runtime import stop_within
-from mirrorline.telemetry import Telemetry, setup_telemetry
+from mirrorline.servicehost import ServiceHost
 from mirrorline.v1 import (
     admin_pb2,
     admin_pb2_grpc,
@@ -66,20 +66,24 @@ FLAP_CHANGES = 4
 FLAP_WINDOW_S = 60.0
 
 
-class ControllerService:
+class ControllerService(ServiceHost):
+    """Election, reconciliation and the Admin and Coordinator APIs, on the service host."""
+
+    kind = "controller"
+    grpc_grace_s = 0.5
+
     def __init__(self, deployment: MirrorSettings, *, controller_id: str,
                  targets: Sequence[str] | None = None, grpc_host: str = "127.0.0.1",
                  grpc_port: int = 0, advertise: str | None = None,
                  metrics_host: str = "127.0.0.1", metrics_port: int | None = 0,
                  lease_ms: int = DEFAULT_LEASE_MS, worker_lease_ms: int = DEFAULT_LEASE_MS
                  ) -> None:
+        super().__init__(deployment, instance_id=controller_id, targets=targets,
+                         grpc_host=grpc_host, grpc_port=grpc_port, metrics_host=metrics_host,
+                         metrics_port=metrics_port, advertise=advertise, joins=True,
+                         interceptors=[AuditInterceptor(self)])
         self.deployment = deployment
         self.controller_id = controller_id
-        self.home = home_cluster(deployment, targets)
-        self._grpc = ServiceServer(name=f"controller {controller_id}", host=grpc_host,
-                                   port=grpc_port, interceptors=[AuditInterceptor(self)])
-        self._advertise = advertise
-        self._metrics = (metrics_host, metrics_port)
         self._lease_ms = lease_ms
         self.registry = WorkerRegistry(worker_lease_ms)
         admins = {alias: dict(admin_kwargs(dict(c.connection))[0],
@@ -92,11 +96,8 @@ class ControllerService:
         self.lag = UnownedLag(f"controller-{controller_id}")
         #: Why the last reconciliation round failed (a bug); None when it did not.
         self._reconcile_error: str | None = None
-        self._control: ControlLog | None = None
         self._leases: LeaseBoard | None = None
         self._election: Election | None = None
-        self.telemetry: Telemetry | None = None
-        self._tasks: list[asyncio.Task[None]] = []
         #: Why the control log cannot be used yet (None once connected).
         self.connect_error: str | None = "connecting to the home cluster"
         self._probe: ClusterProbe | None = None
@@ -169,59 +170,44 @@ class ControllerService:
         raise AssertionError("unreachable")
 
     # -- lifecycle ----------------------------------------------------------------------
-    async def start(self) -> None:
-        self.telemetry = setup_telemetry("controller", instance=self.controller_id,
-                                         metrics_port=self._metrics[1],
-                                         metrics_host=self._metrics[0])
-        await self.telemetry.start()
-        self._register_metrics()
-        self._grpc.add(admin_pb2_grpc.add_AdminServicer_to_server, AdminServicer(self),
-                       [admin_pb2.DESCRIPTOR.services_by_name["Admin"].full_name])
-        self._grpc.add(coordinator_pb2_grpc.add_CoordinatorServicer_to_server,
-                       CoordinatorServicer(self.registry, leader=self),
-                       [coordinator_pb2.DESCRIPTOR.services_by_name["Coordinator"].full_name])
-        port = await self._grpc.start()
-        address = self._advertise or f"127.0.0.1:{port}"
-        _, _, admin = home_clients(self.deployment, self.home, f"controller-{self.controller_id}")
+    def register_metrics(self, meter: Meter) -> None:
+        self._register_metrics(meter)
+
+    def add_servicers(self, server: ServiceServer) -> None:
+        server.add(admin_pb2_grpc.add_AdminServicer_to_server, AdminServicer(self),
+                   [admin_pb2.DESCRIPTOR.services_by_name["Admin"].full_name])
+        server.add(coordinator_pb2_grpc.add_CoordinatorServicer_to_server,
+                   CoordinatorServicer(self.registry, leader=self),
+                   [coordinator_pb2.DESCRIPTOR.services_by_name["Coordinator"].full_name])
+
+    async def started(self) -> None:
+        _, _, admin = home_clients(self.deployment, self.home, self.control_client_id)
         self._probe = ClusterProbe(self.home, dict(admin, client_id=f"controller-"
                                                    f"{self.controller_id}|probe"))
         self._probe.start()
-        self._tasks.append(asyncio.create_task(self._health(), name="health"))
-        self._tasks.append(asyncio.create_task(self.registry.watch(), name="lease clock"))
-        self._tasks.append(asyncio.create_task(self._connect(address), name="connect"))
+        self.spawn(self.registry.watch(), "lease clock")
 
-    async def _connect(self, address: str) -> None:
-        """Open the control log and the lease, retrying with backoff; then lead or stand by."""
-        backoff, attempt = Backoff(initial=1.0, maximum=30.0), 0
-        while True:
-            try:
-                await self._open_control_plane()
-                break
-            except Exception as exc:
-                await self._close_control_plane()
-                delay = backoff.delay(attempt)
-                attempt += 1
-                servers = dict(self.deployment.clusters[self.home].connection).get(
-                    "bootstrap.servers")
-                self.connect_error = unreachable(self.home, exc, servers, role="home")
-                log.warning("%s; retrying in %.0fs", self.connect_error, delay)
-                await asyncio.sleep(delay)
+    def report_home(self, reason: str | None) -> None:
+        if reason is not None:  # None once joined: `on_joined` clears it
+            self.connect_error = reason
+
+    async def on_joined(self) -> None:
+        """The control log and the lease are open: lead or stand by."""
         assert self._control is not None and self._leases is not None
         self.connect_error = None
         self._report_file_differences()
         self._election = Election(self._control, self._leases, controller_id=self.controller_id,
-                                  address=address, lease_ms=self._lease_ms,
+                                  address=self.address, lease_ms=self._lease_ms,
                                   on_change=self._leadership_changed)
-        self._tasks.append(asyncio.create_task(self._election.run(), name="election"))
-        self._tasks.append(asyncio.create_task(self._reconcile_loop(), name="reconcile"))
-        self._tasks.append(asyncio.create_task(self.lag.run(self._unreported, self._tracked),
-                                               name="lag of unassigned partitions"))
+        self.spawn(self._election.run(), "election")
+        self.spawn(self._reconcile_loop(), "reconcile")
+        self.spawn(self.lag.run(self._unreported, self._tracked), "lag of unassigned partitions")
         log.info("controller %s on %s (home cluster %r, control log at offset %d)",
-                 self.controller_id, address, self.home, self.state.applied_offset)
+                 self.controller_id, self.address, self.home, self.state.applied_offset)
 
-    async def _open_control_plane(self) -> None:
-        client = f"controller-{self.controller_id}"
-        consumer, producer, admin = home_clients(self.deployment, self.home, client)
+    async def open_home(self) -> None:
+        consumer, producer, admin = home_clients(self.deployment, self.home,
+                                                 self.control_client_id)
         rf = min(f.offset_storage_replication_factor for f in self.deployment.flows.values()) \
             if self.deployment.flows else -1
         control_topic, lease_topic = control_topics(self.deployment)
@@ -240,36 +226,31 @@ class ControllerService:
                                   topic=lease_topic)
         await self._leases.start()
 
-    async def _close_control_plane(self) -> None:
+    async def close_home(self) -> None:
         closers = [c for c in (self._leases, self._control) if c is not None]
         self._leases = self._control = None
         for closer in closers:
             await stop_within(closer.stop(), 1.0, "closing the control log")
 
-    async def _health(self) -> None:
-        while True:
-            serving, why = self.healthy
-            if not serving and why and self._grpc_reason != why:
-                log.info("health NOT_SERVING: %s", why)
-            self._grpc_reason = why
-            await self._grpc.set_serving(serving)
-            await asyncio.sleep(1.0)
+    def evaluate_health(self) -> bool:
+        serving, why = self.healthy
+        if not serving and why and self._grpc_reason != why:
+            log.info("health NOT_SERVING: %s", why)
+        self._grpc_reason = why
+        return serving
 
-    async def stop(self) -> None:
-        await self._grpc.set_serving(False)
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+    def serving(self) -> bool:
+        return self.healthy[0]
+
+    async def stop_parts(self) -> None:
         if self._election is not None:
             await stop_within(self._election.resign(), 1.0, "resigning the lease")
         if self._probe is not None:
             await self._probe.stop()
-        await self._close_control_plane()
+
+    async def stop_rest(self) -> None:
         await stop_within(self.discoveries.close(), 0.5, "closing admin clients")
         await self.registry.close()
-        await self._grpc.stop(grace=0.5)
-        if self.telemetry is not None:
-            await self.telemetry.stop()
 
     # -- leadership ---------------------------------------------------------------------
     async def _leadership_changed(self, leading: bool) -> None:
@@ -354,9 +335,7 @@ class ControllerService:
     def _tracked(self) -> dict[str, FlowSettings]:
         return {name: f.settings for name, f in self.discoveries.flows.items()}
 
-    def _register_metrics(self) -> None:
-        assert self.telemetry is not None
-        meter = self.telemetry.meter
+    def _register_metrics(self, meter: Meter) -> None:
         from opentelemetry.metrics import CallbackOptions, Observation
 
         def observe(read: Any) -> Any:

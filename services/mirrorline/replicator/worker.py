@@ -7,6 +7,8 @@ lease with the control-log offset it has acted on and the partitions it runs; a 
 partition counts as released once a heartbeat at or after the revoke no longer lists it,
 and by then its progress is durable.
 
+Following the log, heartbeats and self-fencing are the agents' base
+(`mirrorline.controlplane.agent.PartitionAgent`), shared with the Spark executor.
 Self-fencing (`mirrorline.controlplane.leaseholder`): when no heartbeat has succeeded for
 three quarters of the lease the controller granted, the worker stops every partition by
 itself. The controller waits for the full lease before handing them to another worker,
@@ -18,21 +20,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from aiokafka import TopicPartition
 from opentelemetry.trace import Tracer
 
-from mirrorline.controlplane.leaseholder import LeaseHolder
+from mirrorline.controlplane.agent import PartitionAgent
 from mirrorline.controlplane.log import ControlLog
-from mirrorline.core.errors import ConfigError, one_line
-from mirrorline.core.flowdefs import Definition, flow_settings
-from mirrorline.core.settings import MirrorSettings
+from mirrorline.core.flowdefs import Definition
+from mirrorline.core.settings import FlowSettings, MirrorSettings
 from mirrorline.replicator.flow import FlowReplicator
 from mirrorline.telemetry.replication import ReplicationMetrics
-from mirrorline.v1 import coordinator_pb2, flows_pb2
+from mirrorline.v1 import flows_pb2
 
 log = logging.getLogger(__name__)
 
@@ -115,90 +115,32 @@ class FlowDriver:
         await self.flow.stop()
 
 
-class WorkerAgent:
+class WorkerAgent(PartitionAgent):
+    label = "worker"
+    retry_s = RETRY_S
+
     def __init__(self, deployment: MirrorSettings, control: ControlLog, *, worker_id: str,
                  address: str, metrics: ReplicationMetrics, tracer: Tracer) -> None:
-        self.deployment = deployment
-        self.control = control
-        self.worker_id = worker_id
-        self.address = address
+        super().__init__(deployment, control, worker_id=worker_id, address=address)
         self._metrics = metrics
         self._tracer = tracer
         self.drivers: dict[str, FlowDriver] = {}
-        self.broken: dict[str, str] = {}
-        #: The definition each broken flow was refused with (said once per definition).
-        self._refused: dict[str, Definition] = {}
-        #: Why the last round of following the log failed; None when it did not.
-        self.follow_error: str | None = None
         #: Per flow, the source topics its partitions were let go for because they were
         #: deleted: kept here, since a flow that owns nothing is stopped and started anew.
         self._vanished: dict[str, set[str]] = {}
-        self.acted_offset = -1
-        self._changed = asyncio.Event()
         self._settled = asyncio.Event()
-        self._tasks: list[asyncio.Task[None]] = []
         self._closing: set[asyncio.Future[None]] = set()
-        self._started_ms = int(time.time() * 1000)
-        self.lease = LeaseHolder(f"worker {worker_id}",
-                                 leader_address=lambda: control.state.leader_address,
-                                 beat=self._beat, on_fence=self._fence,
-                                 on_unfence=self._changed.set)
 
     @property
     def flows(self) -> list[FlowReplicator]:
         return [d.flow for d in self.drivers.values()]
 
-    async def start(self) -> None:
-        self.control.listen(lambda *_: self._changed.set())
-        self._tasks.append(asyncio.create_task(self._follow(), name="follow control log"))
-        self.lease.start()
-
-    def stopped_following(self) -> str | None:
-        """Why this worker no longer follows the control log, or None."""
-        if self.follow_error is not None:
-            return f"following the control log failed: {self.follow_error}"
-        if self.control.failed is not None:
-            return self.control.failed
-        for task in self._tasks:
-            if task.done() and not task.cancelled():
-                exc = task.exception()
-                return ("following the control log stopped"
-                        + (f": {one_line(exc)}" if exc is not None else ""))
-        return None
-
-    async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+    async def stop_more(self) -> None:
         await asyncio.gather(*(d.stop() for d in self.drivers.values()), return_exceptions=True)
-        await self.lease.stop()
         await asyncio.gather(*self._closing, return_exceptions=True)
 
     # -- following the log --------------------------------------------------------------
-    async def _follow(self) -> None:
-        while True:
-            offset = self.control.state.applied_offset
-            try:
-                await self._follow_once()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # one round failed: say so once, keep following
-                reason = one_line(exc)
-                if reason != self.follow_error:
-                    log.error("worker %s: following the control log failed: %s; retrying",
-                              self.worker_id, reason)
-                    log.debug("following the control log failed", exc_info=True)
-                self.follow_error = reason
-                await asyncio.sleep(RETRY_S)
-                continue
-            self.follow_error = None
-            if self.control.state.applied_offset == offset:
-                self._changed.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._changed.wait(), 1.0)
-
-    async def _follow_once(self) -> None:
-        offset = self.control.state.applied_offset
+    async def act(self, offset: int) -> None:
         self._reconcile()
         while not all(d.settled for d in self.drivers.values()):
             self._settled.clear()
@@ -209,10 +151,7 @@ class WorkerAgent:
 
     def _reconcile(self) -> None:
         state = self.control.state
-        mine: dict[str, dict[TopicPartition, str]] = {}
-        if not self.lease.fenced:
-            for key, remote in state.owned_by(self.worker_id).items():
-                mine.setdefault(key.flow, {})[TopicPartition(key.topic, key.partition)] = remote
+        mine = self.mine(TopicPartition)
         broken: dict[str, str] = {}
         for name in set(self.drivers) | set(mine):
             record = state.flows.get(name)
@@ -232,32 +171,25 @@ class WorkerAgent:
             if driver is None:
                 if not partitions:
                     continue
-                if self._refused.get(name) == definition and name in self.broken:
-                    broken[name] = self.broken[name]  # said already; not tried again
-                    continue
-                try:
-                    settings = flow_settings(self.deployment, definition)
-                    driver = FlowDriver(FlowReplicator(settings, worker_id=self.worker_id,
-                                                       metrics=self._metrics,
-                                                       tracer=self._tracer, discover=False,
-                                                       vanished=self._vanished.setdefault(
-                                                           name, set())),
-                                        desired, self._settled.set)
-                except Exception as exc:  # any failure is this flow's, never the worker's
-                    broken[name] = one_line(exc)
-                    self._refused[name] = definition
-                    log.error("flow %s cannot run here: %s", name, broken[name])
-                    if not isinstance(exc, ConfigError):
-                        log.debug("flow %s: applying its definition failed", name,
-                                  exc_info=True)
+                driver = self.build(name, definition, broken,
+                                    self._driver_for(name, desired))
+                if driver is None:
                     continue
                 self.drivers[name] = driver
                 driver.start()
             elif desired != driver.desired:
                 driver.want(desired)
-        self.broken = broken
-        for name in set(self._refused) - set(broken):
-            del self._refused[name]
+        self.settle_broken(broken)
+
+    def _driver_for(self, name: str, desired: Desired
+                    ) -> Callable[[FlowSettings], FlowDriver]:
+        def make(settings: FlowSettings) -> FlowDriver:
+            return FlowDriver(FlowReplicator(settings, worker_id=self.worker_id,
+                                             metrics=self._metrics, tracer=self._tracer,
+                                             discover=False,
+                                             vanished=self._vanished.setdefault(name, set())),
+                              desired, self._settled.set)
+        return make
 
     async def _drop_finished(self) -> None:
         """Stop flows that own nothing any more (deleted, redefined, moved away); a
@@ -272,12 +204,7 @@ class WorkerAgent:
     def owned(self) -> list[flows_pb2.PartitionStatus]:
         return [p for d in self.drivers.values() for p in d.flow.partitions()]
 
-    def _beat(self) -> coordinator_pb2.WorkerHeartbeat:
-        return coordinator_pb2.WorkerHeartbeat(
-            worker_id=self.worker_id, address=self.address, applied_offset=self.acted_offset,
-            partitions=self.owned(), started_at_ms=self._started_ms)
-
-    def _fence(self) -> None:
+    def on_fence(self) -> None:
         self._changed.set()
         # The controller hands these partitions to another worker when the lease runs
         # out: nothing sent before must be able to land after that.

@@ -13,11 +13,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 import grpc
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
-from mirrorline.controlplane.join import open_control_log
-from mirrorline.controlplane.log import ControlLog
 from mirrorline.core.settings import MirrorSettings
 from mirrorline.grpcserver import ServiceServer
-from mirrorline.telemetry import Telemetry, setup_telemetry
+from mirrorline.runtime import stop_within
+from mirrorline.servicehost import ServiceHost
 from mirrorline.telemetry.replication import ReplicationMetrics
 from mirrorline.v1 import flows_pb2, replicator_pb2, replicator_pb2_grpc
 from mirrorline_spark.executor import preflight
@@ -27,79 +26,82 @@ from mirrorline_spark.executor.driver import SparkDriver
 log = logging.getLogger(__name__)
 
 
-class SparkExecutorService:
+class SparkExecutorService(ServiceHost):
+    """A Spark driver and the agent that runs what the control log assigns, on the host."""
+
+    kind = "spark-executor"
+    grpc_grace_s = 2.0
+
     def __init__(self, settings: MirrorSettings, *, executor_id: str, master: str,
                  spark_conf: Mapping[str, str], targets: Sequence[str] | None = None,
                  grpc_host: str = "127.0.0.1", grpc_port: int = 0,
                  metrics_host: str = "127.0.0.1", metrics_port: int | None = 0,
                  advertise: str | None = None) -> None:
-        self.settings = settings
+        super().__init__(settings, instance_id=executor_id, targets=targets,
+                         grpc_host=grpc_host, grpc_port=grpc_port, metrics_host=metrics_host,
+                         metrics_port=metrics_port, advertise=advertise, joins=True)
         #: The worker id the controller sees: `spark:<id>`.
         self.worker_id = f"spark:{executor_id}"
         self.master = master
-        self._targets = tuple(targets) if targets else None
-        self._grpc = ServiceServer(name=f"spark-executor {executor_id}", host=grpc_host,
-                                   port=grpc_port)
-        self._metrics_host, self._metrics_port = metrics_host, metrics_port
-        self._advertise = advertise
         self.driver = SparkDriver(master, spark_conf, app_name=f"mirrorline-{executor_id}")
-        self.telemetry: Telemetry | None = None
         self.agent: SparkAgent | None = None
-        self._control: ControlLog | None = None
+        self._replication: ReplicationMetrics | None = None
         #: The acknowledgement socket and the drain file of the running query: removed
         #: by `stop` as soon as the queries have stopped, and at exit in any case (a stop
         #: that overran its budget -- Spark's own stop takes seconds -- left one behind
         #: in the temp folder at every start).
         self._workdir = tempfile.mkdtemp(prefix="mirrorline-spark-")
         atexit.register(shutil.rmtree, self._workdir, ignore_errors=True)
-        self._tasks: list[asyncio.Task[None]] = []
 
     @property
-    def grpc_port(self) -> int | None:
-        return self._grpc.port
+    def telemetry_instance(self) -> str:
+        return self.worker_id
 
-    async def start(self) -> None:
+    @property
+    def control_client_id(self) -> str:
+        return f"executor-{self.worker_id}"
+
+    async def check(self) -> None:
         await preflight.check_reachable(self.master)
-        self.telemetry = setup_telemetry("spark-executor", instance=self.worker_id,
-                                         metrics_port=self._metrics_port,
-                                         metrics_host=self._metrics_host)
-        await self.telemetry.start()
-        metrics = ReplicationMetrics(self.telemetry.meter)
-        self._register_state_metrics(self.telemetry.meter)
-        self._grpc.add(replicator_pb2_grpc.add_ReplicatorServicer_to_server,
-                       _StatusServicer(self),
-                       [replicator_pb2.DESCRIPTOR.services_by_name["Replicator"].full_name])
-        port = await self._grpc.start()
+
+    def register_metrics(self, meter: Meter) -> None:
+        self._replication = ReplicationMetrics(meter)
+        self._register_state_metrics(meter)
+
+    def add_servicers(self, server: ServiceServer) -> None:
+        server.add(replicator_pb2_grpc.add_ReplicatorServicer_to_server,
+                   _StatusServicer(self),
+                   [replicator_pb2.DESCRIPTOR.services_by_name["Replicator"].full_name])
+
+    async def started(self) -> None:
         await self.driver.start()
-        self._control = await open_control_log(self.settings, self._targets,
-                                               f"executor-{self.worker_id}")
-        self.agent = SparkAgent(self.settings, self._control, worker_id=self.worker_id,
-                                address=self._advertise or f"127.0.0.1:{port}",
-                                driver=self.driver, metrics=metrics, workdir=self._workdir)
-        await self.agent.start()
-        self._tasks.append(asyncio.create_task(self._health_loop(), name="health"))
+        assert self.telemetry is not None
         log.info("spark executor %s: gRPC %s, metrics %s, master %s, UI %s", self.worker_id,
-                 port, self.telemetry.metrics_port, self.master, self.driver.ui_address or "off")
+                 self.grpc_port, self.telemetry.metrics_port, self.master,
+                 self.driver.ui_address or "off")
+
+    async def on_joined(self) -> None:
+        assert self._control is not None and self._replication is not None
+        self.agent = SparkAgent(self.settings, self._control, worker_id=self.worker_id,
+                                address=self.address, driver=self.driver,
+                                metrics=self._replication, workdir=self._workdir)
+        await self.agent.start()
 
     async def stop(self) -> None:
         try:
-            await self._grpc.set_serving(False)
-            for task in self._tasks:
-                task.cancel()
-            await asyncio.gather(*self._tasks, return_exceptions=True)
-            if self.agent is not None:
-                await self.agent.stop()
-            # The queries have stopped: nothing uses the folder any more, and what
-            # follows (Spark's stop) may outlast the process's stop budget.
-            await asyncio.to_thread(shutil.rmtree, self._workdir, ignore_errors=True)
-            if self._control is not None:
-                await self._control.stop()
-            await self.driver.stop()
-            await self._grpc.stop()
-            if self.telemetry is not None:
-                await self.telemetry.stop()
+            await super().stop()
         finally:
             shutil.rmtree(self._workdir, ignore_errors=True)
+
+    async def stop_parts(self) -> None:
+        if self.agent is not None:
+            await stop_within(self.agent.stop(), 1.2, "stopping the executor's queries")
+        # The queries have stopped: nothing uses the folder any more, and what
+        # follows (Spark's stop) may outlast the process's stop budget.
+        await asyncio.to_thread(shutil.rmtree, self._workdir, ignore_errors=True)
+
+    async def stop_rest(self) -> None:
+        await self.driver.stop()
 
     def state_values(self) -> dict[str, int]:
         """The executor's own state as numbers (its `spark-executor-*` gauges): serving,
@@ -129,11 +131,6 @@ class SparkExecutorService:
         agent = self.agent
         return agent is not None and not agent.fenced and not agent.heartbeat_error \
             and not agent.problem and agent.control.failed is None
-
-    async def _health_loop(self) -> None:
-        while True:
-            await self._grpc.set_serving(self.serving())
-            await asyncio.sleep(1.0)
 
     def status(self) -> replicator_pb2.ReplicatorStatus:
         out = replicator_pb2.ReplicatorStatus(worker_id=self.worker_id, serving=self.serving())
