@@ -34,8 +34,12 @@ from mirrorline.kafka.watermarks import high_watermarks, totals
 pytestmark = [pytest.mark.integration, pytest.mark.kafka_only, pytest.mark.timeout(1200)]
 
 PARTITIONS = 2
+#: A killed node is fenced (its partitions led elsewhere) and a restarted one may register
+#: again once its last heartbeat is older than the broker session: 3 s instead of Kafka's 9,
+#: heartbeats every 0.5 s instead of 2, so no wait here is a session running out.
 REPLICATED = {"min.insync.replicas": "2", "default.replication.factor": "3",
-              "unclean.leader.election.enable": "false"}
+              "unclean.leader.election.enable": "false",
+              "broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms": "500"}
 #: A ceiling for a service, a broker or a catch-up on a loaded 2-core machine; nothing is
 #: asserted about the time taken.
 CEILING_S = 180.0
