@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import os
 import re
+import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -40,6 +41,18 @@ BROKERS = ("kafka", "tansu")
 #: past: Apache Kafka deletes records older than its retention (7 days by default, judged by
 #: their timestamps) within seconds on a dev cluster, before a mirror could read them.
 PAST_MS = (int(time.time()) // 3600 - 1) * 3_600_000
+
+
+def aliases(first: str = "a", second: str = "b") -> tuple[str, str]:
+    """Two cluster aliases no other test uses, e.g. `a1b2c3` and `b1b2c3` (no separator
+    inside, so remote topic names stay unambiguous)."""
+    tag = secrets.token_hex(3)
+    return f"{first}{tag}", f"{second}{tag}"
+
+
+def shape(record: Consumed) -> tuple[object, ...]:
+    """What a mirror must keep of a record: key, value, headers and timestamp."""
+    return (record.key, record.value, tuple(record.headers), record.timestamp)
 
 
 def broker_kind() -> str:

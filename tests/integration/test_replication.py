@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
-from helpers import PAST_MS, Record, consume_all, create_topic, produce, wait_for
+from helpers import PAST_MS, Record, consume_all, create_topic, produce, shape, wait_for
 from procs import mm2_config, replicator
 
 from mirrorline.core.wire import OffsetSync
@@ -36,11 +36,6 @@ def sample(topic_index: int, partitions: int, per_partition: int) -> list[Record
                 partition=p,
             ))
     return out
-
-
-def shape(record: object) -> tuple[object, ...]:
-    r = record
-    return (r.key, r.value, tuple(r.headers), r.timestamp)  # type: ignore[attr-defined]
 
 
 async def test_topics_are_mirrored_record_for_record(primary: LocalBroker, backup: LocalBroker,
