@@ -143,7 +143,7 @@ async def test_nothing_is_lost_or_repeated_through_a_leader_kill_and_a_rolling_r
             async def mirrored_at_least(n: int) -> bool:
                 return await count(target.bootstrap, remote) >= n
             await wait_for(lambda: mirrored_at_least(200), CEILING_S,
-                           "the mirror never started", interval=1.0)
+                           "the mirror never started", interval=0.5)
 
             # The source partition's leader dies mid-stream; its followers take over.
             leader = await partition_leader(source.bootstrap, topic, 0)
@@ -151,11 +151,11 @@ async def test_nothing_is_lost_or_repeated_through_a_leader_kill_and_a_rolling_r
             mark = await count(source.bootstrap, topic)
             await wait_for(lambda: mirrored_at_least(mark), CEILING_S,
                            "the mirror did not catch up after the source leader was killed",
-                           interval=1.0)
+                           interval=0.5)
             source = await kafka.restart_node(source, leader, ready_timeout=CEILING_S)
             clusters3.source = source
             await wait_for(lambda: fully_replicated(source), CEILING_S,
-                           "the restarted source node never caught up", interval=1.0)
+                           "the restarted source node never caught up", interval=0.5)
 
             # Every target node is restarted in turn, the next once all replicas are back.
             for node in target.nodes:
@@ -164,11 +164,11 @@ async def test_nothing_is_lost_or_repeated_through_a_leader_kill_and_a_rolling_r
                                                   ready_timeout=CEILING_S)
                 clusters3.target = target
                 await wait_for(partial(fully_replicated, target), CEILING_S,
-                               f"target node {node.node_id} never caught up", interval=1.0)
+                               f"target node {node.node_id} never caught up", interval=0.5)
                 mark = await count(source.bootstrap, topic)
                 await wait_for(partial(mirrored_at_least, mark), CEILING_S,
                                f"the mirror did not catch up after target node "
-                               f"{node.node_id} restarted", interval=1.0)
+                               f"{node.node_id} restarted", interval=0.5)
 
         # The producer stopped: the mirror catches up with everything the source holds.
         source_records = await consume_all(source.bootstrap, topic, timeout=CEILING_S)
