@@ -151,7 +151,7 @@ async def measure(args: argparse.Namespace) -> int:
             worst = max(worst, share)
             mark = "  above the limit" if share > args.limit else ""
             print(f"{name:<16} {share:>16.1f}{mark}", flush=True)
-        if "heartbeat" in services:
+        if any(name.startswith("heartbeat") for name in services):
             print(HEARTBEAT_NOTE, flush=True)
         return 1 if worst > args.limit else 0
     finally:

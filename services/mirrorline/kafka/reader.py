@@ -43,6 +43,7 @@ class TopicReader:
         #: longer (`TAIL_WAIT_MS`) -- unless the file sets fetch.max.wait.ms for the client.
         self._tail_wait_ms = kwargs.get("fetch_max_wait_ms", TAIL_WAIT_MS)
         kwargs.setdefault("fetch_max_wait_ms", 100)
+        kwargs.setdefault("consumer_timeout_ms", TAIL_ROUTINE_MS)
         self.topic = topic
         #: read_committed: the end is the last stable offset, so a transaction left open
         #: (by a crashed producer, until the coordinator aborts it) does not stall the read.
