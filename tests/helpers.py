@@ -16,6 +16,7 @@ import contextlib
 import os
 import re
 import secrets
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -342,3 +343,16 @@ def metric(text: str, name: str, **labels: str) -> float | None:
         if found and all(f'{k}="{v}"' in found.group(1) for k, v in labels.items()):
             return float(found.group(2))
     return None
+
+
+async def dev_brokers(state_dir: Path, *args: str, timeout: float = 180.0
+                      ) -> tuple[int, str, str]:
+    """Run `mirrorline dev brokers ARGS` with `state_dir` as its state dir; (status, stdout,
+    stderr)."""
+    env = {**os.environ, "MIRRORLINE_STATE_DIR": str(state_dir)}
+    proc = await asyncio.create_subprocess_exec(
+        str(Path(sys.executable).with_name("mirrorline")), "dev", "brokers", *args, env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
