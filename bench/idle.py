@@ -29,6 +29,16 @@ from mirrorline.ports import run_ports
 
 _TICKS = os.sysconf("SC_CLK_TCK")
 
+#: What an idle heartbeat service still spends, printed under the table.
+HEARTBEAT_NOTE = """\
+heartbeat, idle by design: an MM2 heartbeat per cluster pair every second (pairs due
+together share one request), a canary per source partition every canary.interval.ms read
+back and folded into its faust table, and an audit report and judging round every
+cadence (3 s for minute windows). Its tails long-poll (500 ms; the audit's for one
+cadence), their fetch routines wake once a second rather than five times, and the
+topology's partitions are paused between its reads every 2 s: fetched ahead and left
+unread, they woke the consumer every 100 ms."""
+
 
 def _children() -> dict[int, list[int]]:
     """Every process's children, by parent pid, as /proc shows them now."""
@@ -141,6 +151,8 @@ async def measure(args: argparse.Namespace) -> int:
             worst = max(worst, share)
             mark = "  above the limit" if share > args.limit else ""
             print(f"{name:<16} {share:>16.1f}{mark}", flush=True)
+        if any(name.startswith("heartbeat") for name in services):
+            print(HEARTBEAT_NOTE, flush=True)
         return 1 if worst > args.limit else 0
     finally:
         if run is not None and run.returncode is None:

@@ -15,6 +15,8 @@ import asyncio
 import contextlib
 import os
 import re
+import secrets
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -40,6 +42,18 @@ BROKERS = ("kafka", "tansu")
 #: past: Apache Kafka deletes records older than its retention (7 days by default, judged by
 #: their timestamps) within seconds on a dev cluster, before a mirror could read them.
 PAST_MS = (int(time.time()) // 3600 - 1) * 3_600_000
+
+
+def aliases(first: str = "a", second: str = "b") -> tuple[str, str]:
+    """Two cluster aliases no other test uses, e.g. `a1b2c3` and `b1b2c3` (no separator
+    inside, so remote topic names stay unambiguous)."""
+    tag = secrets.token_hex(3)
+    return f"{first}{tag}", f"{second}{tag}"
+
+
+def shape(record: Consumed) -> tuple[object, ...]:
+    """What a mirror must keep of a record: key, value, headers and timestamp."""
+    return (record.key, record.value, tuple(record.headers), record.timestamp)
 
 
 def broker_kind() -> str:
@@ -329,3 +343,16 @@ def metric(text: str, name: str, **labels: str) -> float | None:
         if found and all(f'{k}="{v}"' in found.group(1) for k, v in labels.items()):
             return float(found.group(2))
     return None
+
+
+async def dev_brokers(state_dir: Path, *args: str, timeout: float = 180.0
+                      ) -> tuple[int, str, str]:
+    """Run `mirrorline dev brokers ARGS` with `state_dir` as its state dir; (status, stdout,
+    stderr)."""
+    env = {**os.environ, "MIRRORLINE_STATE_DIR": str(state_dir)}
+    proc = await asyncio.create_subprocess_exec(
+        str(Path(sys.executable).with_name("mirrorline")), "dev", "brokers", *args, env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()

@@ -187,6 +187,22 @@ def checkpointer(config: str, tmp: Path, *, name: str = "checkpointer",
     return _standalone("checkpointer", "--instance-id", config, tmp, name, extra, serving)
 
 
+def config_for(primary: LocalBroker, backup: LocalBroker, topic: str, *,
+               batch_bytes: int, **top: str) -> str:
+    """A standalone `primary->backup` replicator of `topic` (topics refreshed every 2 s)
+    whose target producer batches at most `batch_bytes`; `top` adds top-level keys
+    (`source_cluster_alias="east"` for `source.cluster.alias = east`)."""
+    return mm2_config({"primary": primary, "backup": backup}, {"primary->backup": {
+        "topics": topic, "refresh.topics.interval.seconds": "2"}},
+        backup_producer_batch_size=str(batch_bytes), **top)
+
+
+def flow_spec(a: str, b: str, topics: str, **props: str) -> flows_pb2.FlowSpec:
+    """The spec of flow `a->b` for CreateFlow: `topics`, refreshed every second."""
+    return flows_pb2.FlowSpec(source=a, target=b, properties={
+        "topics": topics, "refresh.topics.interval.seconds": "1", **props})
+
+
 def deployment_config(clusters: Mapping[str, LocalBroker | str],
                       flows: Mapping[str, Mapping[str, str]] | None = None, **top: str) -> str:
     """An MM2 file for a controller-run deployment of its own (unique control topics)."""

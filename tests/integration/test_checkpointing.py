@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import secrets
 import signal
 import struct
 from collections.abc import AsyncIterator, Mapping
@@ -22,6 +21,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from helpers import (
     Record,
+    aliases,
     assert_monotonic,
     commit_offsets,
     committed_offsets,
@@ -94,16 +94,11 @@ class Mirror:
 @contextlib.asynccontextmanager
 async def mirror(primary: LocalBroker, backup: LocalBroker, tmp: Path, topics: str,
                  **props: str) -> AsyncIterator[Mirror]:
-    a, b = aliases()
+    a, b = aliases("p", "q")
     config = mm2_config({a: primary, b: backup},
                         {f"{a}->{b}": {"topics": topics, **FAST, **props}})
     async with replicator(config, tmp) as rep, checkpointer(config, tmp) as chk:
         yield Mirror(a, b, primary, backup, rep, chk, config, tmp)
-
-
-def aliases() -> tuple[str, str]:
-    tag = secrets.token_hex(3)
-    return f"p{tag}", f"q{tag}"
 
 
 def values(topic: str, partitions: int, per_partition: int, start: int = 0) -> list[Record]:

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import secrets
 import signal
 import time
 from pathlib import Path
 
 import grpc
 import pytest
-from helpers import Record, consume_all, create_topic, metric, produce, steady, wait_for
-from procs import Deployment, deployment, deployment_config
+from helpers import Record, aliases, consume_all, create_topic, metric, produce, steady, wait_for
+from procs import Deployment, deployment, deployment_config, flow_spec
 
 from mirrorline.controlplane.home import control_topics
 from mirrorline.controlplane.log import ControlLog
@@ -23,16 +22,6 @@ pytestmark = pytest.mark.integration
 
 RUNNING = flows_pb2.PARTITION_STATE_RUNNING
 PAUSED = flows_pb2.PARTITION_STATE_PAUSED
-
-
-def aliases() -> tuple[str, str]:
-    tag = secrets.token_hex(3)
-    return f"a{tag}", f"b{tag}"
-
-
-def spec(a: str, b: str, topics: str, **props: str) -> flows_pb2.FlowSpec:
-    return flows_pb2.FlowSpec(source=a, target=b, properties={
-        "topics": topics, "refresh.topics.interval.seconds": "1", **props})
 
 
 async def all_running(d: Deployment, count: int, timeout: float = 40.0) -> dict[tuple[str, int],
@@ -93,7 +82,7 @@ async def test_a_flow_created_through_the_api_replicates_and_pause_resume_loses_
     async with deployment(deployment_config({a: primary, b: backup}), tmp_path) as d:
         await d.controller("c1")
         admin = d.admin(await d.leader())
-        flow = await admin.CreateFlow(admin_pb2.CreateFlowRequest(spec=spec(a, b, topic)))
+        flow = await admin.CreateFlow(admin_pb2.CreateFlowRequest(spec=flow_spec(a, b, topic)))
         assert flow.name == f"{a}->{b}" and not flow.paused
 
         async def unassigned_lag() -> bool:  # no worker yet: the controller measures
@@ -156,7 +145,7 @@ async def test_the_control_log_replays_to_the_same_state_and_the_file_seeds_it_o
         flows = await admin.ListFlows(admin_pb2.ListFlowsRequest())
         assert [(f.name, dict(f.spec.properties)) for f in flows.flows] == \
             [(f"{a}->{b}", {"topics": f"{unique}-seeded"})]
-        await admin.CreateFlow(admin_pb2.CreateFlowRequest(spec=spec(b, a, f"{unique}-back")))
+        await admin.CreateFlow(admin_pb2.CreateFlowRequest(spec=flow_spec(b, a, f"{unique}-back")))
         await admin.PauseFlow(admin_pb2.FlowRequest(name=f"{b}->{a}"))
         await admin.UpdateFlow(admin_pb2.UpdateFlowRequest(name=f"{a}->{b}",
                                                            set={"offset.lag.max": "7"}))
@@ -225,7 +214,7 @@ async def test_a_standby_takes_over_and_a_deposed_controller_cannot_change_anyth
             await d.controllers["c2"].signal(signal.SIGCONT)
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await d.admin("c2").CreateFlow(admin_pb2.CreateFlowRequest(
-                spec=spec(a, b, "from-the-deposed")), timeout=10)
+                spec=flow_spec(a, b, "from-the-deposed")), timeout=10)
         assert err.value.code() == grpc.StatusCode.UNAVAILABLE
         flows = await d.admin("c3").ListFlows(admin_pb2.ListFlowsRequest())
         assert not flows.flows
@@ -255,7 +244,7 @@ async def test_workers_come_and_go_without_loss_and_only_what_must_move_moves(
             return {w.worker_id for w in reply.workers if w.alive} == {"w1", "w2", "w3"}
         await wait_for(registered, 30, "the three workers did not register", interval=0.3)
         async with steady(primary.bootstrap, topic, 12):
-            await admin.CreateFlow(admin_pb2.CreateFlowRequest(spec=spec(a, b, topic)))
+            await admin.CreateFlow(admin_pb2.CreateFlowRequest(spec=flow_spec(a, b, topic)))
             before = await all_running(d, 12)
             assert sorted(list(before.values()).count(w) for w in ("w1", "w2", "w3")) == [4, 4, 4]
             victim = next(iter(before.values()))
@@ -309,22 +298,22 @@ async def test_every_admin_rpc_rejects_bad_input_with_its_documented_code(
         await d.controller("c1")
         admin = d.admin(await d.leader())
         flow = f"{a}->{b}"
-        await admin.CreateFlow(admin_pb2.CreateFlowRequest(spec=spec(a, b, "x")))
+        await admin.CreateFlow(admin_pb2.CreateFlowRequest(spec=flow_spec(a, b, "x")))
         Code = grpc.StatusCode
         cases = [
             (admin.CreateFlow(admin_pb2.CreateFlowRequest(spec=flows_pb2.FlowSpec(target=b))),
              Code.INVALID_ARGUMENT, "spec.source: is required"),
-            (admin.CreateFlow(admin_pb2.CreateFlowRequest(spec=spec(a, "nowhere", "x"))),
+            (admin.CreateFlow(admin_pb2.CreateFlowRequest(spec=flow_spec(a, "nowhere", "x"))),
              Code.INVALID_ARGUMENT, "spec.target: unknown cluster 'nowhere'"),
-            (admin.CreateFlow(admin_pb2.CreateFlowRequest(spec=spec(b, a, "orders, ("))),
+            (admin.CreateFlow(admin_pb2.CreateFlowRequest(spec=flow_spec(b, a, "orders, ("))),
              Code.INVALID_ARGUMENT, "spec.properties.topics"),
-            (admin.CreateFlow(admin_pb2.CreateFlowRequest(spec=spec(
+            (admin.CreateFlow(admin_pb2.CreateFlowRequest(spec=flow_spec(
                 b, a, "x", **{"offset.lag.max": "lots"}))),
              Code.INVALID_ARGUMENT, "spec.properties.offset.lag.max"),
-            (admin.CreateFlow(admin_pb2.CreateFlowRequest(spec=spec(
+            (admin.CreateFlow(admin_pb2.CreateFlowRequest(spec=flow_spec(
                 b, a, "x", **{"sasl.jaas.config": "secret"}))),
              Code.INVALID_ARGUMENT, "spec.properties.sasl.jaas.config: is not a flow property"),
-            (admin.CreateFlow(admin_pb2.CreateFlowRequest(spec=spec(a, b, "y"))),
+            (admin.CreateFlow(admin_pb2.CreateFlowRequest(spec=flow_spec(a, b, "y"))),
              Code.ALREADY_EXISTS, f"flow {flow} already exists"),
             (admin.GetFlow(admin_pb2.FlowRequest(name="b->a")), Code.NOT_FOUND,
              "flow b->a does not exist"),

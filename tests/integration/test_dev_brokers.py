@@ -7,11 +7,10 @@ import asyncio
 import json
 import os
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from helpers import PAST_MS, Record, consume_all, create_topic, produce
+from helpers import PAST_MS, Record, consume_all, create_topic, dev_brokers, produce
 
 from mirrorline.dev.brokers import (
     BrokerError,
@@ -27,32 +26,11 @@ from mirrorline.dev.brokers import (
 
 pytestmark = pytest.mark.integration
 
-CLI = str(Path(sys.executable).with_name("mirrorline"))
-
-
-@pytest.fixture
-async def state_dir(tmp_path: Path) -> AsyncIterator[Path]:
-    """A CLI state dir; whatever the CLI left recorded there is stopped afterwards."""
-    directory = tmp_path / "state"
-    yield directory
-    for broker in load_state(directory).values():
-        await stop_broker_async(broker.pid)
-
-
-async def run_cli(state_dir: Path, *args: str) -> tuple[int, str, str]:
-    env = {**os.environ, "MIRRORLINE_STATE_DIR": str(state_dir)}
-    proc = await asyncio.create_subprocess_exec(
-        CLI, "dev", "brokers", *args, env=env,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), 60)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
 
 
 async def test_cli_up_status_down_round_trip(state_dir: Path) -> None:
     p1, p2 = free_port(), free_port()
-    rc, out, err = await run_cli(state_dir, "up", f"east={p1}", f"west={p2}")
+    rc, out, err = await dev_brokers(state_dir, "up", f"east={p1}", f"west={p2}")
     assert rc == 0, err
     assert f"127.0.0.1:{p1}" in out and f"127.0.0.1:{p2}" in out
     recorded = load_state(state_dir)
@@ -64,53 +42,53 @@ async def test_cli_up_status_down_round_trip(state_dir: Path) -> None:
         assert await probe(broker.bootstrap) == broker.alias  # outlived the CLI process
 
     # Idempotent: a running alias is reported, not restarted.
-    rc, out, err = await run_cli(state_dir, "up", "east", f"west={p2}")
+    rc, out, err = await dev_brokers(state_dir, "up", "east", f"west={p2}")
     assert rc == 0, err
     assert out.count("already running") == 2
     assert load_state(state_dir) == recorded
 
-    rc, out, err = await run_cli(state_dir, "status")
+    rc, out, err = await dev_brokers(state_dir, "status")
     assert rc == 0, err
     lines = {line.split()[0]: line.split() for line in out.splitlines()[1:]}
     assert lines["east"][1:] == ["tansu", f"127.0.0.1:{p1}", str(recorded["east"].pid), "yes",
                                  "yes"]
     assert lines["west"][4:] == ["yes", "yes"]
 
-    rc, out, err = await run_cli(state_dir, "down", "west")
+    rc, out, err = await dev_brokers(state_dir, "down", "west")
     assert rc == 0, err
     assert "stopped west" in out
     assert sorted(load_state(state_dir)) == ["east"]
     await _wait_dead(recorded["west"].pid)
 
-    rc, out, err = await run_cli(state_dir, "down")
+    rc, out, err = await dev_brokers(state_dir, "down")
     assert rc == 0, err
     assert load_state(state_dir) == {}
     await _wait_dead(recorded["east"].pid)
     data = json.loads(await asyncio.to_thread((state_dir / "brokers.json").read_text))
     assert data["brokers"] == []
 
-    rc, out, err = await run_cli(state_dir, "status")
+    rc, out, err = await dev_brokers(state_dir, "status")
     assert rc == 0 and "no brokers recorded" in out
 
 
 async def test_cli_reports_a_dead_broker_and_unknown_alias(state_dir: Path) -> None:
-    rc, _, err = await run_cli(state_dir, "up", f"solo={free_port()}")
+    rc, _, err = await dev_brokers(state_dir, "up", f"solo={free_port()}")
     assert rc == 0, err
     solo = load_state(state_dir)["solo"]
     await stop_broker_async(solo.pid)  # dies behind the CLI's back
     await _wait_dead(solo.pid)
 
-    rc, out, err = await run_cli(state_dir, "status")
+    rc, out, err = await dev_brokers(state_dir, "status")
     assert rc == 1
     assert "solo" in out and err.strip().endswith("not running or not answering: solo")
     assert len(err.strip().splitlines()) == 1
 
-    rc, _, err = await run_cli(state_dir, "down", "nosuch")
+    rc, _, err = await dev_brokers(state_dir, "down", "nosuch")
     assert rc == 1 and "nosuch" in err
 
 
 async def test_cli_rejects_a_busy_port(state_dir: Path, primary: LocalBroker) -> None:
-    rc, _, err = await run_cli(state_dir, "up", f"other={primary.port}")
+    rc, _, err = await dev_brokers(state_dir, "up", f"other={primary.port}")
     assert rc == 1
     assert "already in use" in err and len(err.strip().splitlines()) == 1
     assert load_state(state_dir) == {}

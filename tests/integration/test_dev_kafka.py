@@ -9,41 +9,18 @@ They run whichever broker the rest of the suite uses (Java and `make kafka` are 
 
 from __future__ import annotations
 
-import asyncio
-import os
-import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from helpers import dev_brokers
 
 from mirrorline.dev import kafka
-from mirrorline.dev.brokers import free_port, is_alive, load_state, probe, stop_broker_async
+from mirrorline.dev.brokers import free_port, is_alive, load_state, probe
 
 pytestmark = pytest.mark.integration
 
-CLI = str(Path(sys.executable).with_name("mirrorline"))
-
-
-async def run_cli(state_dir: Path, *args: str) -> tuple[int, str, str]:
-    env = {**os.environ, "MIRRORLINE_STATE_DIR": str(state_dir)}
-    proc = await asyncio.create_subprocess_exec(
-        CLI, "dev", "brokers", *args, env=env,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    out, err = await asyncio.wait_for(proc.communicate(), 180)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
-
-
-@pytest.fixture
-async def state_dir(tmp_path: Path) -> AsyncIterator[Path]:
-    directory = tmp_path / "state"
-    yield directory
-    for broker in load_state(directory).values():
-        for pid in broker.all_pids:
-            await stop_broker_async(pid)
 
 
 async def write_and_count(bootstrap: str, topic: str, count: int, *,
@@ -77,7 +54,7 @@ async def end_offset(bootstrap: str, topic: str) -> int:
 async def test_cli_starts_records_restarts_and_stops_an_apache_kafka_cluster(
         state_dir: Path) -> None:
     port = free_port()
-    rc, out, err = await run_cli(state_dir, "up", "--broker", "kafka", f"east={port}")
+    rc, out, err = await dev_brokers(state_dir, "up", "--broker", "kafka", f"east={port}")
     assert rc == 0, err
     assert "east: Apache Kafka" in out and "answering after" in out
     east = load_state(state_dir)["east"]
@@ -85,16 +62,16 @@ async def test_cli_starts_records_restarts_and_stops_an_apache_kafka_cluster(
     assert await probe(east.bootstrap) == east.cluster_id
     await write_and_count(east.bootstrap, "kept", 5)
 
-    rc, out, err = await run_cli(state_dir, "status")
+    rc, out, err = await dev_brokers(state_dir, "status")
     assert rc == 0, err
     assert "kafka" in out and "yes" in out
 
-    rc, out, err = await run_cli(state_dir, "down")
+    rc, out, err = await dev_brokers(state_dir, "down")
     assert rc == 0, err
     assert not any(is_alive(pid) for pid in east.all_pids)
 
     # Up again: the same folder, port and cluster id, and the topic is still there.
-    rc, out, err = await run_cli(state_dir, "up", "--broker", "kafka", f"east={port}")
+    rc, out, err = await dev_brokers(state_dir, "up", "--broker", "kafka", f"east={port}")
     assert rc == 0, err
     again = load_state(state_dir)["east"]
     assert again.cluster_id == east.cluster_id and again.port == port
@@ -102,7 +79,7 @@ async def test_cli_starts_records_restarts_and_stops_an_apache_kafka_cluster(
 
 
 async def test_cli_refuses_several_nodes_of_tansu(state_dir: Path) -> None:
-    rc, _out, err = await run_cli(state_dir, "up", "--nodes", "3", "east")
+    rc, _out, err = await dev_brokers(state_dir, "up", "--nodes", "3", "east")
     assert rc == 1
     assert "--nodes needs --broker kafka" in err
 

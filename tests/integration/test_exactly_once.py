@@ -21,11 +21,21 @@ from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaProducer
-from helpers import broker_kind, consume_all, create_topic, start_cluster, stop_cluster, wait_for
+from helpers import (
+    aliases,
+    broker_kind,
+    consume_all,
+    create_topic,
+    start_cluster,
+    stop_cluster,
+    wait_for,
+)
 from procs import (
     QUIET_SHARED_CLUSTERS,
+    config_for,
     deployment,
     deployment_config,
+    flow_spec,
     free_port,
     mm2_config,
     replicator,
@@ -119,12 +129,6 @@ async def caught_up(primary: LocalBroker, target: LocalBroker, topic: str, remot
     return await target_total(target, remote) >= source.get(topic, 0)
 
 
-def config_for(primary: LocalBroker, backup: LocalBroker, topic: str) -> str:
-    return mm2_config({"primary": primary, "backup": backup}, {"primary->backup": {
-        "topics": topic, "refresh.topics.interval.seconds": "2"}},
-        backup_producer_batch_size=str(BATCH_BYTES))
-
-
 async def test_repeated_sigkill_mid_burst_leaves_every_record_exactly_once_in_order(
         primary: LocalBroker, backup: LocalBroker, unique: str, tmp_path: Path) -> None:
     topic, remote = f"{unique}-kills", f"primary.{unique}-kills"
@@ -133,7 +137,7 @@ async def test_repeated_sigkill_mid_burst_leaves_every_record_exactly_once_in_or
     # spread a burst's copy over a couple of seconds: on a quiet machine the whole burst
     # was otherwise copied within the time it takes to see the first copies land, and
     # no kill came mid-copy.
-    config = config_for(primary, backup, topic) + \
+    config = config_for(primary, backup, topic, batch_bytes=BATCH_BYTES) + \
         "primary.consumer.max.partition.fetch.bytes = 2048\n"
     produced, mid_copy = 0, 0
     for round_ in range(3):
@@ -163,7 +167,7 @@ async def test_a_foreign_record_in_the_remote_topic_falls_back_loudly_and_loses_
         primary: LocalBroker, backup: LocalBroker, unique: str, tmp_path: Path) -> None:
     topic, remote = f"{unique}-foreign", f"primary.{unique}-foreign"
     await create_topic(primary.bootstrap, topic, PARTITIONS)
-    config = config_for(primary, backup, topic)
+    config = config_for(primary, backup, topic, batch_bytes=BATCH_BYTES)
     produced = await burst(primary.bootstrap, topic, 0, 500)
     async with replicator(config, tmp_path, name="first") as proc:
         await grows_past(backup, remote, 2 * 500 - 1)
@@ -196,7 +200,7 @@ async def test_forged_progress_ahead_of_the_target_stops_the_partition_loudly(
         primary: LocalBroker, backup: LocalBroker, unique: str, tmp_path: Path) -> None:
     topic, remote = f"{unique}-forged", f"primary.{unique}-forged"
     await create_topic(primary.bootstrap, topic, PARTITIONS)
-    config = config_for(primary, backup, topic)
+    config = config_for(primary, backup, topic, batch_bytes=BATCH_BYTES)
     produced = await burst(primary.bootstrap, topic, 0, 300)
     async with replicator(config, tmp_path, name="first") as proc:
         await grows_past(backup, remote, 2 * 300 - 1)
@@ -230,15 +234,9 @@ async def test_forged_progress_ahead_of_the_target_stops_the_partition_loudly(
     assert [r.value for r in target[1]] == [r.value for r in source[1]][:300]
 
 
-def flow_spec(a: str, b: str, topic: str) -> flows_pb2.FlowSpec:
-    return flows_pb2.FlowSpec(source=a, target=b, properties={
-        "topics": topic, "refresh.topics.interval.seconds": "1"})
-
-
 async def test_worker_hand_over_after_sigkill_copies_nothing_twice(
         primary: LocalBroker, backup: LocalBroker, unique: str, tmp_path: Path) -> None:
-    tag = secrets.token_hex(3)
-    a, b = f"a{tag}", f"b{tag}"
+    a, b = aliases()
     topic, remote = f"{unique}-handover", f"{a}.{unique}-handover"
     await create_topic(primary.bootstrap, topic, PARTITIONS)
     config = deployment_config({a: primary, b: backup},
@@ -438,8 +436,7 @@ async def test_a_fenced_worker_lets_go_only_when_nothing_it_sent_can_land_later(
     await create_topic(primary.bootstrap, topic, PARTITIONS)
     async with durable_target(tmp_path, monkeypatch) as durable:
         target = durable.cluster
-        tag = secrets.token_hex(3)
-        a, b = f"a{tag}", f"b{tag}"
+        a, b = aliases()
         remote = f"{a}.{topic}"
         config = deployment_config({a: primary, b: target},  # home cluster: the source
                                    **{f"{b}_producer_batch_size": str(BATCH_BYTES)})

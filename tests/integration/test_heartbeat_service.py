@@ -30,6 +30,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.client import AIOKafkaClient, CoordinationType
+from aiokafka.errors import MemberIdRequired
+from aiokafka.protocol.group import (
+    JoinGroupRequest,
+    MemberAssignment,
+    ProtocolMetadata,
+    SyncGroupRequest,
+)
 from grpc_health.v1 import health_pb2
 from helpers import (
     Record,
@@ -629,21 +638,63 @@ async def test_unreachable_cluster_is_never_ok_and_sigterm_stops_quickly(
         await proc.close()
 
 
+async def hold_group(bootstrap: str, group: str) -> AIOKafkaClient:
+    """Join consumer group `group` as a member that then goes silent: it neither
+    heartbeats nor rejoins, so until its session (45 s) or rebalance time (60 s) runs out,
+    the join of any other member waits for it. Returns the client to close afterwards."""
+    client = AIOKafkaClient(bootstrap_servers=bootstrap)
+    await client.bootstrap()
+    node = await client.coordinator_lookup(CoordinationType.GROUP, group)
+    # faust's assignor: a member of another protocol would be refused, not waited for
+    protocols = [("faust", ProtocolMetadata(0, [], b"").encode())]
+    member = JoinGroupRequest.UNKNOWN_MEMBER_ID
+    while True:
+        joined = await client.send(node, JoinGroupRequest(
+            group, 45_000, 60_000, member, None, "consumer", protocols))
+        if joined.error_code != MemberIdRequired.errno:
+            break
+        member = joined.member_id  # KIP-394: join again with the id the broker gave
+    assert joined.error_code == 0, joined
+    synced = await client.send(node, SyncGroupRequest(
+        group, joined.generation_id, joined.member_id, None,
+        [(joined.member_id, MemberAssignment(0, [], b"").encode())]))
+    assert synced.error_code == 0, synced
+    return client
+
+
+async def group_state(bootstrap: str, group: str) -> str:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        [described] = await admin.describe_consumer_groups([group])
+        return str(described.groups[0][2])
+    finally:
+        await admin.close()
+
+
 async def test_sigterm_while_the_audit_is_still_starting(chain: Chain, tmp_path: Path) -> None:
-    """SIGTERM as soon as the gRPC server answers, while the audit's faust app is still
-    joining its group: the process exits cleanly all the same."""
+    """SIGTERM while the audit's faust app is joining its group -- held there by a member
+    that stays silent, so the state cannot pass before the signal -- ends the process
+    cleanly all the same."""
+    charlie = chain.bootstrap("charlie")
+    group = "mirrorline-early-heartbeat-charlie"  # the faust app's group
+    squatter = await hold_group(charlie, group)
     proc = heartbeat_service(tmp_path, "early", mm2_config(
         {a: chain.brokers[a] for a in ("alpha", "charlie")},
         {"alpha->charlie": {"topics": "nothing-here"}}, mirrorline_deployment="early"))
-    await proc.start()
     try:
-        async def answering() -> bool:
-            return await proc.health() is not None
+        await proc.start()
 
-        await wait_for(answering, 30, "the service never answered")
+        async def joining() -> bool:
+            return await group_state(charlie, group) == "PreparingRebalance"
+
+        await wait_for(joining, 60, "the faust app never asked to join its group")
+        # Answering, and not serving: its audit is still waiting to join.
+        assert await proc.health() == health_pb2.HealthCheckResponse.NOT_SERVING
         await assert_clean_sigterm(proc)
     finally:
         await proc.close()
+        await squatter.close()
 
 
 async def test_sigterm_after_the_target_went_down_while_running(chain: Chain,

@@ -42,7 +42,8 @@ async def producer_ids(cluster: LocalKafkaCluster, topic: str, partition: int,
     proc = await asyncio.create_subprocess_exec(
         *kafka.java_command(TRANSACTIONS_TOOL, "--bootstrap-server", cluster.bootstrap,
                             "describe-producers", "--topic", topic,
-                            "--partition", str(partition), log_config=log_config),
+                            "--partition", str(partition), log_config=log_config,
+                            shared_classes=True),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 0, err.decode(errors="replace")

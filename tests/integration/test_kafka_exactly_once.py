@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaProducer
-from helpers import Consumed, wait_for
+from helpers import shape, wait_for
 from kafka_checks import read_all, ready_topic
 from procs import mm2_config, replicator
 
@@ -60,10 +60,6 @@ async def committed_total(cluster: LocalKafkaCluster, topic: str) -> int:
     return sum(len(rs) for rs in (await read_all(cluster.bootstrap, topic)).values())
 
 
-def shape(records: list[Consumed]) -> list[tuple[object, ...]]:
-    return [(r.key, r.value, tuple(r.headers), r.timestamp) for r in records]
-
-
 def eos_config(primary: LocalKafkaCluster, backup: LocalKafkaCluster, topic: str,
                unique: str, **extra: str) -> str:
     return mm2_config({"primary": primary, "backup": backup}, {"primary->backup": {
@@ -104,7 +100,7 @@ async def test_read_committed_sees_each_record_once_through_repeated_sigkills(
     target = await read_all(backup.bootstrap, remote)
     everything = await read_all(backup.bootstrap, remote, isolation="read_uncommitted")
     for p in range(PARTITIONS):
-        want, got = shape(source[p]), shape(target[p])
+        want, got = [shape(r) for r in source[p]], [shape(r) for r in target[p]]
         assert got == want, (f"partition {p}: {len(got)} committed records on the target for "
                              f"{len(want)} on the source "
                              f"({len(got) - len(set(got))} duplicates)")

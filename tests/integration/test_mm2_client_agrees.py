@@ -68,7 +68,8 @@ async def run_probe(tmp: Path, classes: Path, bootstrap: str, upstream: str,
     """Run the Java probe against `bootstrap`; its answer lines."""
     log_config = kafka.write_log_config(tmp / "probe-log4j2.yaml", tmp / "probe.log")
     command = kafka.java_command("Mm2ClientProbe", bootstrap, upstream, *groups,
-                                 log_config=log_config, extra_classpath=[str(classes)])
+                                 log_config=log_config, extra_classpath=[str(classes)],
+                                 shared_classes=True)
     ran = await asyncio.create_subprocess_exec(*command, stdout=asyncio.subprocess.PIPE,
                                                stderr=asyncio.subprocess.PIPE)
     out, err = await asyncio.wait_for(ran.communicate(), 120)

@@ -7,12 +7,11 @@ names embed an alias (offset syncs, progress) are its own even on shared brokers
 from __future__ import annotations
 
 import asyncio
-import secrets
 from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaProducer
-from helpers import Record, consume_all, create_topic, produce, wait_for
+from helpers import Record, aliases, consume_all, create_topic, produce, wait_for
 from procs import mm2_config, replicator
 
 from mirrorline.core.wire import Heartbeat
@@ -20,11 +19,6 @@ from mirrorline.dev.brokers import LocalBroker
 from mirrorline.kafka.watermarks import high_watermarks
 
 pytestmark = pytest.mark.integration
-
-
-def aliases() -> tuple[str, str]:
-    tag = secrets.token_hex(3)
-    return f"a{tag}", f"b{tag}"
 
 
 async def existing(bootstrap: str, topics: list[str]) -> set[str]:

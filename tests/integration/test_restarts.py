@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from helpers import consume_all, create_topic, steady, wait_for
-from procs import mm2_config, replicator
+from procs import config_for, replicator
 
 from mirrorline.dev.brokers import LocalBroker
 from mirrorline.kafka.watermarks import high_watermarks, totals
@@ -28,12 +28,6 @@ def steady_producer(bootstrap: str, topic: str) -> AbstractAsyncContextManager[l
     return steady(bootstrap, topic, PARTITIONS, burst=200, pause_s=0.01,
                   value=lambda n: str(n).encode().rjust(VALUE_BYTES, b"."),
                   key=lambda n: str(n).encode())
-
-
-def config_for(primary: LocalBroker, backup: LocalBroker, topic: str, **top: str) -> str:
-    return mm2_config({"primary": primary, "backup": backup}, {"primary->backup": {
-        "topics": topic, "refresh.topics.interval.seconds": "2"}},
-        backup_producer_batch_size=str(BATCH_BYTES), **top)
 
 
 async def target_count(backup: LocalBroker, topic: str, prefix: str = "primary") -> int:
@@ -75,7 +69,7 @@ async def test_sigterm_then_restart_copies_nothing_twice(
         primary: LocalBroker, backup: LocalBroker, unique: str, tmp_path: Path) -> None:
     topic = f"{unique}-graceful"
     await create_topic(primary.bootstrap, topic, PARTITIONS)
-    config = config_for(primary, backup, topic)
+    config = config_for(primary, backup, topic, batch_bytes=BATCH_BYTES)
     async with contextlib.AsyncExitStack() as stack:
         async with steady_producer(primary.bootstrap, topic) as sent:
             async with replicator(config, tmp_path, name="first") as first:
@@ -100,8 +94,8 @@ async def test_sigkill_then_restart_copies_every_record_exactly_once(
     no offset map yet -- and the target ends up with every record exactly once."""
     topic = f"{unique}-crash"
     await create_topic(primary.bootstrap, topic, PARTITIONS)
-    config = config_for(primary, backup, topic, source_cluster_alias="east",
-                        target_cluster_alias="west")
+    config = config_for(primary, backup, topic, batch_bytes=BATCH_BYTES,
+                        source_cluster_alias="east", target_cluster_alias="west")
     async with contextlib.AsyncExitStack() as stack:
         async with steady_producer(primary.bootstrap, topic):
             async with replicator(config, tmp_path, name="first") as first:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import secrets
 import shutil
 import signal
 import subprocess
@@ -18,9 +17,18 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import pytest
-from helpers import PAST_MS, Consumed, Record, consume_all, create_topic, produce, wait_for
+from helpers import (
+    PAST_MS,
+    Record,
+    aliases,
+    consume_all,
+    create_topic,
+    produce,
+    shape,
+    wait_for,
+)
 from mirrorline_spark.options import DEFAULT_MAX_RECORDS
-from procs import Deployment, deployment, deployment_config, free_port
+from procs import Deployment, deployment, deployment_config, flow_spec, free_port
 
 from mirrorline.core.wire import OffsetSync
 from mirrorline.dev.brokers import LocalBroker
@@ -29,16 +37,6 @@ from mirrorline.v1 import admin_pb2, flows_pb2, spark_pb2
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
 
 RUNNING = flows_pb2.PARTITION_STATE_RUNNING
-
-
-def aliases() -> tuple[str, str]:
-    tag = secrets.token_hex(3)
-    return f"a{tag}", f"b{tag}"
-
-
-def spec(a: str, b: str, topics: str, **props: str) -> flows_pb2.FlowSpec:
-    return flows_pb2.FlowSpec(source=a, target=b, properties={
-        "topics": topics, "refresh.topics.interval.seconds": "1", **props})
 
 
 async def owners(d: Deployment) -> dict[tuple[str, int], str]:
@@ -62,10 +60,6 @@ def records(count: int, partitions: int, tag: str) -> list[Record]:
             for i in range(count)]
 
 
-def shape(r: Consumed) -> tuple[object, ...]:
-    return (r.key, r.value, tuple(r.headers), r.timestamp)
-
-
 async def test_a_whole_flow_on_spark_mirrors_record_for_record_with_exact_offset_syncs(
         primary: LocalBroker, backup: LocalBroker, unique: str, tmp_path: Path) -> None:
     a, b = aliases()
@@ -78,7 +72,7 @@ async def test_a_whole_flow_on_spark_mirrors_record_for_record_with_exact_offset
         await d.worker("w1")
         executor = await d.executor("x1")
         admin = d.admin(await d.leader())
-        await admin.CreateFlow(admin_pb2.CreateFlowRequest(spec=spec(
+        await admin.CreateFlow(admin_pb2.CreateFlowRequest(spec=flow_spec(
             a, b, topic, **{"mirrorline.executor": "spark", "offset.lag.max": "0"})))
         await wait_owned(d, topic, [0, 1], "spark:x1", "the flow did not move onto Spark")
         await produce(primary.bootstrap, topic, sent[300:])
@@ -129,7 +123,7 @@ async def test_partitions_move_to_spark_and_back_mid_stream_and_return_when_it_d
         await d.worker("w1")
         admin = d.admin(await d.leader())
         flow = f"{a}->{b}"
-        await admin.CreateFlow(admin_pb2.CreateFlowRequest(spec=spec(a, b, topic)))
+        await admin.CreateFlow(admin_pb2.CreateFlowRequest(spec=flow_spec(a, b, topic)))
         await wait_owned(d, topic, [0, 1], "w1", "the workers did not take the flow")
         with pytest.raises(Exception, match="no Spark executor is alive"):
             await admin.OffloadPartitions(spark_pb2.PlacePartitionsRequest(flow=flow,
@@ -267,7 +261,7 @@ async def test_the_executor_runs_on_a_standalone_spark_cluster(
         await d.executor("x1", master=standalone_cluster,
                          conf={"spark.executor.memory": "512m", "spark.cores.max": "2"})
         admin = d.admin(await d.leader())
-        await admin.CreateFlow(admin_pb2.CreateFlowRequest(spec=spec(
+        await admin.CreateFlow(admin_pb2.CreateFlowRequest(spec=flow_spec(
             a, b, topic, **{"mirrorline.executor": "spark"})))
         source = await consume_all(primary.bootstrap, topic, expected=200)
         target = await consume_all(backup.bootstrap, f"{a}.{topic}", expected=200, timeout=240)

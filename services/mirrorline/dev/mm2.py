@@ -120,7 +120,10 @@ def _launch(config_path: Path, directory: Path, clusters: Sequence[str],
     args = [str(config_path)]
     if clusters:
         args += ["--clusters", *clusters]
-    command = java_command(MAIN_CLASS, *args, log_config=log_config, jvm_opts=jvm_opts)
+    # The broker's class-data archive holds the client classes MM2 shares with it; a run
+    # with its own JVM options (the bench's) is left as it asked.
+    command = java_command(MAIN_CLASS, *args, log_config=log_config, jvm_opts=jvm_opts,
+                           shared_classes=tuple(jvm_opts) == DEFAULT_JVM_OPTS)
     proc, _ = spawn(command, log_path.with_suffix(".stdout"), False)
     _children[proc.pid] = proc
     return MirrorMaker2(config_path, log_path, tuple(clusters), proc.pid, proc)

@@ -171,7 +171,7 @@ class AuditApp:
         self.app = faust.App(
             app_id, broker=brokers, web_enabled=False, store="memory://",
             topic_partitions=1, producer_acks=-1, broker_session_timeout=6.0,
-            broker_heartbeat_interval=1.0, stream_wait_empty=False,
+            broker_heartbeat_interval=2.0, stream_wait_empty=False,
             table_cleanup_interval=3600.0, autodiscover=False,
             broker_credentials=faust_credentials(client_kwargs or {}))
         self._events = self.app.topic(topics.events, value_serializer="json", partitions=1)

@@ -50,8 +50,6 @@ log = logging.getLogger(__name__)
 
 APPLY_TIMEOUT_S = 15.0
 REFRESH_S = 5.0
-#: Longest a fetch waits at the broker for records (as the consumer's fetch.max.wait.ms).
-FETCH_WAIT_MS = 500
 #: Most bytes one partition's part of a fetch answer holds (max.partition.fetch.bytes).
 PARTITION_FETCH_BYTES = 1 << 20
 #: Kafka's OFFSET_OUT_OF_RANGE, and the errors after which Kafka's consumer refreshes its
@@ -175,10 +173,11 @@ class AuditReader(Retrying):
                 await asyncio.sleep(flush_s)
             # Read until the report is due, idle or not: records are taken as they come (a
             # fetch answers as soon as there are any), and an idle reader reports once per
-            # cadence rather than after every empty fetch.
+            # cadence rather than after every empty fetch: an idle fetch waits at the broker
+            # until the report is due (the consumer itself never fetches; it connects).
             while part_of and (left := deadline - loop.time()) > 0:
                 fetched = await self._fetch(consumer, raw, positions,
-                                            min(FETCH_WAIT_MS, max(1, int(left * 1000))))
+                                            max(1, int(left * 1000)))
                 stuck: list[TopicPartition] = []
                 for tp, part in fetched.items():
                     highs[tp] = part.high_watermark

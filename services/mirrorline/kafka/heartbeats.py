@@ -22,7 +22,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from mirrorline.core.errors import WireFormatError
 from mirrorline.core.wire import Heartbeat
 from mirrorline.kafka.metadata import partitions_by_topic
-from mirrorline.kafka.reader import TAIL_WAIT_MS
+from mirrorline.kafka.reader import TAIL_ROUTINE_MS, TAIL_WAIT_MS
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +37,7 @@ class NewestHeartbeats:
         kwargs.pop("group_id", None)
         kwargs["enable_auto_commit"] = False
         kwargs.setdefault("fetch_max_wait_ms", TAIL_WAIT_MS)  # see TAIL_WAIT_MS
+        kwargs.setdefault("consumer_timeout_ms", TAIL_ROUTINE_MS)
         self.alias = alias
         self._consumer = AIOKafkaConsumer(**kwargs)
         self._positions: dict[TopicPartition, int] = {}
@@ -77,6 +78,10 @@ class NewestHeartbeats:
         if not tps:
             self.newest = {t: None for t in wanted}
             return self.newest
+        # Between refreshes the partitions are paused: fetching on meanwhile filled the
+        # consumer's buffer with heartbeats nobody took, and aiokafka then woke every
+        # 100 ms until they were (most of an idle topology's cost).
+        self._consumer.resume(*[tp for tp in tps if tp in self._assigned])
         if set(tps) != self._assigned:
             # Only when the partitions change: an assignment (and a seek) drops what the
             # consumer fetched ahead, and every refresh would fetch it again.
@@ -101,6 +106,7 @@ class NewestHeartbeats:
                 break
             if time.monotonic() > deadline:
                 break
+        self._consumer.pause(*tps)
         self.newest = {t: self.newest.get(t) for t in wanted}
         return self.newest
 

@@ -16,6 +16,8 @@ from mirrorline.configfile import load_config
 from mirrorline.core.errors import ConfigError
 from mirrorline.heartbeat.service import HeartbeatService
 
+pytestmark = pytest.mark.integration
+
 NOTHING_ON = """\
 clusters = a, b
 a.bootstrap.servers = 127.0.0.1:1
