@@ -206,8 +206,10 @@ class FlowRun:
             self.books.flush_syncs()
         self.batch_ms = batch_ms or self.batch_ms
         shown = self._shown()
-        self.book.retain(shown)
-        self.book.saw_ends({k: end for k, end in latest.items() if k in shown})
+        # Kept for every owned partition, not only the shown ones: between a query's stop
+        # and its restart none is shown, and the ends then still say what is caught up.
+        self.book.retain(self.owned)
+        self.book.saw_ends({k: end for k, end in latest.items() if k in self.owned})
         try:
             await asyncio.wait_for(self._measure(shown), MEASURE_TIMEOUT_S)
         except Exception as exc:  # a source hiccup: lag stays as last known
