@@ -369,6 +369,14 @@ async def test_a_record_the_target_refuses_stops_its_partition_only_named_exactl
     flow = next(f for f in (await run.status()).flows if f.flow == f"{source}->{target}")
     assert flow.state == flows_pb2.FLOW_STATE_ERROR and "offset 30" in flow.error
 
+    # The stopped partition is behind the source, in records (the refused one and the 10
+    # after it) and in time: the age of the refused record, the oldest not copied.
+    async def behind() -> bool:
+        p = (await run.partitions(topic))[1]
+        return p.lag_records == 11 and p.lag_ms > 0
+    await wait_for(behind, 30, f"no time lag for the stopped partition: "
+                   f"{(await run.partitions(topic))[1]}", interval=0.5)
+
     # Partition 0 goes on: everything arrives, now and later.
     await produce(primary.bootstrap, topic, [Record(f"d{i}".encode(), partition=0)
                                              for i in range(10)])
@@ -380,6 +388,12 @@ async def test_a_record_the_target_refuses_stops_its_partition_only_named_exactl
     assert [r.value for r in mirrored[1]][20:] == [f"b{i}".encode() for i in range(10)]
     assert (await run.partitions(topic))[1].next_offset == 30
 
+    # Caught up, partition 0 is 0 behind in records and in time.
+    async def caught_up() -> bool:
+        p = (await run.partitions(topic))[0]
+        return p.lag_records == 0 and p.lag_ms == 0
+    await wait_for(caught_up, 30, "partition 0 does not show caught up", interval=0.5)
+
 
 async def test_the_executor_reports_the_replicators_mm2_metrics(run: Run) -> None:
     source, target, topic = run.pinned
@@ -387,7 +401,7 @@ async def test_the_executor_reports_the_replicators_mm2_metrics(run: Run) -> Non
                       + r'",topic="' + re.escape(f"{source}.{topic}") + '"')
     names = ("record_count_total", "byte_count_total", "record_rate", "byte_rate",
              "record_age_ms", "record_age_ms_min", "record_age_ms_max", "record_age_ms_avg",
-             "replication_latency_ms_max", "record_lag")
+             "replication_latency_ms_max", "record_lag", "record_lag_ms")
     values: dict[str, float] = {}
 
     async def reported() -> bool:  # metrics follow each micro-batch's commit
@@ -397,9 +411,9 @@ async def test_the_executor_reports_the_replicators_mm2_metrics(run: Run) -> Non
             if name in names and tags.search(_no_scope(line)):
                 values[name] = float(line.rsplit(" ", 1)[1])
         # Partition 0 got 20 + 10 + 10 records, all copied by the executor.
-        # (and all of them: nothing left behind the source's end).
+        # (and all of them: nothing left behind the source's end, in records or time).
         return set(values) == set(names) and values["record_count_total"] >= 40 \
-            and values["record_lag"] == 0
+            and values["record_lag"] == 0 and values["record_lag_ms"] == 0
     try:
         await wait_for(reported, 30, "the executor's /metrics lack MM2 names", interval=0.5)
     except AssertionError as exc:

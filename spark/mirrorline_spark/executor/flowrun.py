@@ -11,6 +11,7 @@ durable when its partitions stop being copied.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import time
@@ -20,13 +21,14 @@ from dataclasses import dataclass
 from aiokafka import TopicPartition
 
 from mirrorline.core.acked_runs import run_offsets
+from mirrorline.core.lag import Lag, LagBook
 from mirrorline.core.settings import FlowSettings
 from mirrorline.core.tail_match import Verdict
 from mirrorline.kafka.acked import FlowBookkeeping
 from mirrorline.kafka.flowclients import FlowClients
+from mirrorline.kafka.oldest import OldestRecords
 from mirrorline.kafka.rdkafka import rdkafka_config, rdkafka_consumer_config
 from mirrorline.kafka.starts import StartPlanner
-from mirrorline.kafka.watermarks import HighWatermarkProbe
 from mirrorline.telemetry.replication import PartitionMetrics, ReplicationMetrics
 from mirrorline.v1 import flows_pb2
 from mirrorline_spark.acks import PartitionAcks
@@ -34,6 +36,12 @@ from mirrorline_spark.acks import PartitionAcks
 log = logging.getLogger(__name__)
 
 Key = tuple[str, int]
+
+#: Bound on one round of reading the source's log ends and oldest records (a source that
+#: does not answer must not hold up the executor's watch loop for long).
+MEASURE_TIMEOUT_S = 5.0
+#: At most this many oldest-record reads per round (the most behind first).
+MAX_READS = 256
 
 
 @dataclass(frozen=True)
@@ -67,14 +75,17 @@ class FlowRun:
         self._clients: FlowClients | None = None
         self.books: FlowBookkeeping | None = None
         self._starts: StartPlanner | None = None
-        #: The source's log ends (for lag: `record-lag`, status, the offload policy).
-        self._ends: HighWatermarkProbe | None = None
+        #: Reads the source's log ends and the oldest records not copied yet (for lag:
+        #: `record-lag`, `record-lag-ms`, status, the offload policy).
+        self._probe: OldestRecords | None = None
+        #: What is known of the source's log ends and oldest records, per partition.
+        self.book: LagBook[Key] = LagBook()
+        self._probe_failing = False
         #: What the control log gives this executor (source partition -> remote topic).
         self.owned: dict[Key, str] = {}
         #: What the executor's query copies of this flow.
         self.running: dict[Key, str] = {}
         self.next_offsets: dict[Key, int] = {}
-        self.latest: dict[Key, int] = {}
         self.failed: dict[Key, str] = {}
         self.replicated: dict[Key, int] = {}
         self._pmetrics: dict[Key, PartitionMetrics] = {}
@@ -90,16 +101,15 @@ class FlowRun:
             # against the target's tail.
             self._starts = StartPlanner.for_flow(self.settings, clients, name=self.name,
                                                  map_topic=self.books.map_writer.topic)
-            self._ends = HighWatermarkProbe(clients.source_consumer_kwargs)
-            await self._ends.start()
+            self._probe = OldestRecords(clients.source_consumer_kwargs)
         except BaseException:
             await clients.close()
             raise
 
     async def close(self) -> None:
         """Stop the clients. The query no longer copies this flow (`release` ran)."""
-        if self._ends is not None:
-            await self._ends.stop()
+        if self._probe is not None:
+            await self._probe.stop()
         if self.books is not None:
             await self.books.stop()
         if self._clients is not None:
@@ -137,6 +147,7 @@ class FlowRun:
             metrics = self._pmetrics[(topic, partition)] = self._metrics.partition(
                 self.settings.source, self.settings.target, remote, partition)
             metrics.lag = functools.partial(self.lag, (topic, partition))
+            metrics.lag_ms = functools.partial(self.lag_ms, (topic, partition))
         self.running = dict(partitions)
         return Feed(flow=self.name,
                     source=rdkafka_consumer_config(self.settings.clients.source_consumer),
@@ -165,9 +176,9 @@ class FlowRun:
             key = (a.topic, a.partition)
             for run in a.runs:
                 offsets = run_offsets(run)
-                latest = self.latest.get(key, -1)
+                latest = self.book.end(key)
                 self.books.acknowledged(a.topic, a.partition, offsets, run[2],
-                                        caught_up=offsets[-1] + 1 >= latest)
+                                        caught_up=latest is None or offsets[-1] + 1 >= latest)
                 self.next_offsets[key] = offsets[-1] + 1
             self.replicated[key] = self.replicated.get(key, 0) + a.records
             metrics = self._pmetrics.get(key)
@@ -187,58 +198,92 @@ class FlowRun:
         return any(k in self.failed for k in self.running)
 
     async def tick(self, latest: Mapping[Key, int], batch_ms: float) -> None:
-        """Once a second: offset-sync flushes, and the log ends for lag."""
+        """Once a second: offset-sync flushes, and the log ends and oldest records for
+        lag."""
         interval = self.settings.offset_flush_interval_ms / 1000.0
         if self.books is not None and time.monotonic() - self._last_flush >= interval:
             self._last_flush = time.monotonic()
             self.books.flush_syncs()
         self.batch_ms = batch_ms or self.batch_ms
-        for key, end in latest.items():
-            self.latest[key] = max(end, self.latest.get(key, end))
-        await self._learn_ends()
-
-    async def _learn_ends(self) -> None:
-        """The running partitions' log ends, from fetch responses: Spark reports only what
-        its micro-batches planned (at most `maxRecordsPerPartition` past the position),
-        which understates a backlog."""
-        if self._ends is None or not self.running:
-            return
-        positions = {TopicPartition(t, p): self.next_offsets.get((t, p), 0)
-                     for t, p in self.running}
+        shown = self._shown()
+        # Kept for every owned partition, not only the shown ones: between a query's stop
+        # and its restart none is shown, and the ends then still say what is caught up.
+        self.book.retain(self.owned)
+        self.book.saw_ends({k: end for k, end in latest.items() if k in self.owned})
         try:
-            ends = await self._ends.refresh(positions)
+            await asyncio.wait_for(self._measure(shown), MEASURE_TIMEOUT_S)
         except Exception as exc:  # a source hiccup: lag stays as last known
-            log.warning("%s: cannot read the source's log ends: %r", self.name, exc)
+            if not self._probe_failing:
+                log.warning("%s: cannot read the source's log ends (%r); lag shows the "
+                            "last known ones", self.name, exc)
+            self._probe_failing = True
+        else:
+            if self._probe_failing:
+                log.info("%s: the source's log ends are read again", self.name)
+            self._probe_failing = False
+
+    async def _measure(self, shown: Mapping[Key, str]) -> None:
+        """The log ends of the partitions status shows (running, or stopped at a refused
+        record), from fetch responses: Spark reports only what its micro-batches planned
+        (at most `maxRecordsPerPartition` past the position), which understates a backlog.
+        Then, for the lagging ones, the timestamp of the oldest record not copied (one
+        small fetch each, and only when their next offset or the end moved: `LagBook`)."""
+        if self._probe is None or not shown:
             return
-        for tp, end in ends.items():
+        positions = {key: self.next_offsets.get(key, 0) for key in shown}
+        ends = await self._probe.high_watermarks(
+            {TopicPartition(t, p): offset for (t, p), offset in positions.items()})
+        self.book.saw_ends({(tp.topic, tp.partition): end for tp, end in ends.items()})
+        wanted = self.book.stamps_wanted(positions, limit=MAX_READS)
+        if not wanted:
+            return
+        oldest = await self._probe.timestamps(
+            {TopicPartition(t, p): offset for (t, p), offset in wanted.items()})
+        self.book.saw_ends({(tp.topic, tp.partition): end
+                            for tp, end in oldest.high_watermarks.items()})
+        for tp, timestamp in oldest.timestamps.items():
             key = (tp.topic, tp.partition)
-            self.latest[key] = max(end, self.latest.get(key, end))
+            self.book.saw_stamp(key, wanted[key], timestamp)
+
+    def _shown(self) -> dict[Key, str]:
+        """The partitions status shows: those the query copies and those stopped at a
+        refused record while still owned."""
+        return {**self.running, **{k: self.owned[k] for k in self.failed if k in self.owned}}
+
+    def _lag(self, key: Key, now_ms: float | None = None) -> Lag:
+        return self.book.lag(key, self.next_offsets.get(key, -1),
+                             time.time() * 1000.0 if now_ms is None else now_ms)
 
     def lag(self, key: Key) -> int | None:
-        """Records behind the source's end as the query last saw it (`record-lag`)."""
-        high, nxt = self.latest.get(key), self.next_offsets.get(key)
-        return None if high is None or nxt is None else max(0, high - nxt)
+        """Records behind the source's end (`record-lag`); None while not known."""
+        records = self._lag(key).records
+        return None if records < 0 else records
+
+    def lag_ms(self, key: Key) -> float | None:
+        """Age of the oldest record not copied yet (`record-lag-ms`); None while not
+        known."""
+        ms = self._lag(key).ms
+        return None if ms < 0 else ms
 
     # -- status -------------------------------------------------------------------------
     def partitions(self) -> list[flows_pb2.PartitionStatus]:
         now = time.time()
         out = []
-        for key, remote in sorted({**self.running, **{k: self.owned[k] for k in self.failed
-                                                      if k in self.owned}}.items()):
+        for key, remote in sorted(self._shown().items()):
             topic, partition = key
             nxt = self.next_offsets.get(key, -1)
-            high = self.latest.get(key)
-            lag = -1 if high is None or nxt < 0 else max(0, high - nxt)
+            high = self.book.end(key)
+            lag = self._lag(key, now * 1000.0)
             metrics = self._pmetrics.get(key)
             error = self.failed.get(key, "")
             out.append(flows_pb2.PartitionStatus(
                 flow=self.name, source_topic=topic, target_topic=remote, partition=partition,
                 source_end_offset=-1 if high is None else high, next_offset=nxt,
-                lag_records=lag, state=flows_pb2.PARTITION_STATE_ERROR if error
+                lag_records=lag.records, state=flows_pb2.PARTITION_STATE_ERROR if error
                 else flows_pb2.PARTITION_STATE_RUNNING, error=error,
                 records_replicated=self.replicated.get(key, 0), worker_id=self.worker_id,
                 records_per_second=metrics.records.rate(now, of_count=True) if metrics else 0.0,
                 bytes_per_second=metrics.value_bytes.rate(now) if metrics else 0.0,
                 micro_batch_ms=self.batch_ms, last_replication_latency_ms=-1.0,
-                lag_ms=0.0 if lag == 0 else -1.0))
+                lag_ms=lag.ms))
         return out
