@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import socket
 import sys
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -320,3 +322,34 @@ async def deployment(config: str, tmp: Path, *, lease_ms: int = 2000,
         yield d
     finally:
         await d.close()
+
+
+async def admin_cli(server: str, *args: str, timeout: float = 120) -> tuple[int, str, str]:
+    """`mirrorline admin --server SERVER ARGS` as a user runs it: exit status, stdout, stderr."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "mirrorline", "admin", "--server", server, *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
+
+
+async def admin_cli_json(server: str, *args: str, timeout: float = 120) -> Any:
+    """`mirrorline admin --output json ARGS`, which must succeed: its parsed answer."""
+    code, out, err = await admin_cli(server, "--output", "json", *args, timeout=timeout)
+    assert code == 0, err
+    return json.loads(out)
+
+
+def configsync(config: str, tmp: Path, name: str = "configsync", *,
+               metrics: bool = False) -> ServiceProcess:
+    """A standalone config-sync service on `config` (written to `tmp`), on free ports;
+    `metrics=True` also serves /metrics on one."""
+    path = tmp / f"{name}.properties"
+    path.write_text(config)
+    port = free_port()
+    metrics_port = free_port() if metrics else None
+    return ServiceProcess(["configsync", "--config", str(path), "--grpc-port", str(port),
+                           "--metrics-port", str(metrics_port or -1), "--instance-id", name],
+                          grpc_port=port, log_path=tmp / f"{name}.log",
+                          metrics_port=metrics_port)

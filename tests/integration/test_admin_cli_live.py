@@ -8,30 +8,16 @@ import secrets
 import signal
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 from helpers import Record, consume_all, create_topic, produce, wait_for
-from procs import deployment, deployment_config, free_port
+from procs import admin_cli, admin_cli_json, deployment, deployment_config, free_port
 
 from mirrorline.dev.brokers import LocalBroker
 
 pytestmark = pytest.mark.integration
 
 
-async def admin(server: str, *args: str, timeout: float = 30) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "mirrorline", "admin", "--server", server, *args,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    out, err = await asyncio.wait_for(proc.communicate(), timeout)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
-
-
-async def admin_json(server: str, *args: str) -> Any:
-    code, out, err = await admin(server, "--output", "json", *args)
-    assert code == 0, err
-    return json.loads(out)
 
 
 async def test_the_cli_drives_a_real_deployment(primary: LocalBroker, backup: LocalBroker,
@@ -51,33 +37,33 @@ async def test_the_cli_drives_a_real_deployment(primary: LocalBroker, backup: Lo
         standby = f"127.0.0.1:{d.controllers['c2'].grpc_port}"
         flow = f"{a}->{b}"
 
-        created = await admin_json(standby, "flows", "create", flow, "--topics", topic,
+        created = await admin_cli_json(standby, "flows", "create", flow, "--topics", topic,
                                    "--set", "refresh.topics.interval.seconds=1")
         assert created["name"] == flow  # through the standby: the redirect was followed
         assert created["spec"]["properties"]["topics"] == topic
         await consume_all(backup.bootstrap, f"{a}.{topic}", expected=20, timeout=40)
 
-        listed = await admin_json(leader, "flows", "list")
+        listed = await admin_cli_json(leader, "flows", "list")
         assert [f["name"] for f in listed["flows"]] == [flow]
-        updated = await admin_json(leader, "flows", "update", flow, "--set",
+        updated = await admin_cli_json(leader, "flows", "update", flow, "--set",
                                    "offset.lag.max=7")
         assert updated["spec"]["properties"]["offset.lag.max"] == "7"
-        paused = await admin_json(leader, "flows", "pause", flow)
+        paused = await admin_cli_json(leader, "flows", "pause", flow)
         assert paused["paused"] is True
-        assert (await admin_json(leader, "flows", "get", flow))["paused"] is True
-        await admin_json(leader, "flows", "resume", flow)
+        assert (await admin_cli_json(leader, "flows", "get", flow))["paused"] is True
+        await admin_cli_json(leader, "flows", "resume", flow)
 
         async def running() -> bool:
-            report = await admin_json(leader, "status")
+            report = await admin_cli_json(leader, "status")
             return report["flows"][0]["state"] == "FLOW_STATE_RUNNING"
         await wait_for(running, 30, "the flow did not run again", interval=0.5)
 
-        code, table, _ = await admin(leader, "status")
+        code, table, _ = await admin_cli(leader, "status")
         assert code == 0 and flow in table and topic in table and "w1" in table
-        workers = await admin_json(leader, "workers")
+        workers = await admin_cli_json(leader, "workers")
         assert [(w["worker_id"], w["alive"], len(w["partitions"]))
                 for w in workers["workers"]] == [("w1", True, 2)]
-        code, table, _ = await admin(leader, "workers")
+        code, table, _ = await admin_cli(leader, "workers")
         assert code == 0 and "w1" in table
 
         # Live status: successive JSON documents, then Ctrl-C ends it cleanly.
@@ -91,20 +77,22 @@ async def test_the_cli_drives_a_real_deployment(primary: LocalBroker, backup: Lo
         assert await asyncio.wait_for(watch.wait(), 20) == 0
 
         # Bad input: exit status 1, the server's code and message on stderr.
-        code, _, err = await admin(leader, "flows", "create", f"{b}->{a}", "--topics", "(")
+        code, _, err = await admin_cli(leader, "flows", "create", f"{b}->{a}", "--topics", "(")
         assert code == 1
         assert err.startswith("mirrorline: INVALID_ARGUMENT: spec.properties.topics")
-        code, _, err = await admin(leader, "flows", "get", f"{b}->{a}")
+        code, _, err = await admin_cli(leader, "flows", "get", f"{b}->{a}")
         assert (code, err.strip()) == (1, f"mirrorline: NOT_FOUND: flow {b}->{a} does not exist")
-        code, _, err = await admin(f"127.0.0.1:{free_port()}", "flows", "list", "--timeout", "2")
+        code, _, err = await admin_cli(f"127.0.0.1:{free_port()}", "flows", "list",
+                                       "--timeout", "2")
         assert code == 1 and "cannot reach the controller" in err
 
         # Import applies a file deliberately.
         file = tmp_path / "more.properties"
         file.write_text(d.path.read_text() + f"{b}->{a}.enabled = true\n"
                         f"{b}->{a}.topics = {unique}-back\n")
-        imported = await admin_json(leader, "flows", "import", str(file))
+        imported = await admin_cli_json(leader, "flows", "import", str(file))
         assert imported["created"] == [f"{b}->{a}"]
-        deleted = await admin_json(leader, "flows", "delete", f"{b}->{a}")
+        deleted = await admin_cli_json(leader, "flows", "delete", f"{b}->{a}")
         assert deleted["name"] == f"{b}->{a}"
-        assert [f["name"] for f in (await admin_json(leader, "flows", "list"))["flows"]] == [flow]
+        listed = await admin_cli_json(leader, "flows", "list")
+        assert [f["name"] for f in listed["flows"]] == [flow]

@@ -18,7 +18,14 @@ from pathlib import Path
 import grpc
 import pytest
 from helpers import broker_kind, create_topic, wait_for
-from procs import ServiceProcess, deployment, deployment_config, free_port, mm2_config
+from procs import (
+    ServiceProcess,
+    configsync,
+    deployment,
+    deployment_config,
+    free_port,
+    mm2_config,
+)
 
 from mirrorline.core.filters import ConfigOp, ConfigSource
 from mirrorline.dev.brokers import LocalBroker
@@ -49,14 +56,6 @@ async def set_by_hand(broker: LocalBroker, topic: str, key: str, value: str) -> 
     assert (await overrides(broker, topic)).get(key) == value
 
 
-def configsync(config: str, tmp: Path, name: str = "configsync") -> ServiceProcess:
-    path = tmp / f"{name}.properties"
-    path.write_text(config)
-    port, metrics = free_port(), free_port()
-    return ServiceProcess(["configsync", "--config", str(path), "--grpc-port", str(port),
-                           "--metrics-port", str(metrics), "--instance-id", name],
-                          grpc_port=port, log_path=tmp / f"{name}.log", metrics_port=metrics)
-
 
 async def plan_of(proc: ServiceProcess, flow: str) -> drift_pb2.DriftPlan:
     reply: drift_pb2.DriftPlan = await drift_pb2_grpc.ConfigSyncStub(proc.channel).GetDrift(
@@ -81,7 +80,7 @@ async def test_sync_reverts_a_hand_set_override_and_reports_what_the_broker_lack
 
     flow = "primary->backup"
     proc = configsync(mm2_config(clusters, {flow: {"topics": f"{unique}-.*", **FAST}}),
-                      tmp_path)
+                      tmp_path, metrics=True)
     await proc.start()
     try:
         await proc.wait_serving()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import sys
 import time
 from pathlib import Path
 
@@ -34,7 +33,14 @@ from helpers import (
     stop_cluster,
     wait_for,
 )
-from procs import checkpointer, deployment, deployment_config, mm2_config, replicator
+from procs import (
+    admin_cli,
+    checkpointer,
+    deployment,
+    deployment_config,
+    mm2_config,
+    replicator,
+)
 
 from mirrorline.dev.brokers import LocalBroker
 from mirrorline.v1 import admin_pb2, failover_pb2, failover_pb2_grpc, flows_pb2
@@ -283,14 +289,6 @@ async def test_with_the_source_gone_groups_fail_over_from_their_checkpoints(
         await stop_cluster(doomed)
 
 
-async def cli(server: str, *args: str) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "mirrorline", "admin", "--server", server, *args,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    out, err = await asyncio.wait_for(proc.communicate(), 120)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
-
 
 async def test_failover_and_failback_through_the_admin_api_and_cli(
         primary: LocalBroker, backup: LocalBroker, unique: str, tmp_path: Path) -> None:
@@ -313,15 +311,15 @@ async def test_failover_and_failback_through_the_admin_api_and_cli(
         await commit_offsets(primary.bootstrap, group, {(topic, 0): 10, (topic, 1): 15})
 
         async def planned() -> bool:  # the checkpointer announced itself and knows the group
-            code, out, _ = await cli(server, "--output", "json", "failover", "plan", flow,
+            code, out, _ = await admin_cli(server, "--output", "json", "failover", "plan", flow,
                                      "--group", group)
             return code == 0 and json.loads(out)["groups"][0].get("safe", False)
         await wait_for(planned, 60, "the failover plan never became safe", interval=1)
         # A mistyped group is not a success with nothing in it.
-        code, _, err = await cli(server, "offsets", "translate", flow, "--group",
+        code, _, err = await admin_cli(server, "offsets", "translate", flow, "--group",
                                  f"{group}-typo")
         assert code == 1 and "has no committed offsets on the topics" in err
-        code, out, err = await cli(server, "failover", "execute", flow, "--group", group,
+        code, out, err = await admin_cli(server, "failover", "execute", flow, "--group", group,
                                    "--mode", "drain")
         assert code == 0, err
         assert group in out and f"{a}.{topic}" in out

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from helpers import Record, commit_offsets, produce, wait_for
 from kafka_checks import read_all, ready_topic, values
-from procs import ServiceProcess, checkpointer, free_port, replicator
+from procs import ServiceProcess, checkpointer, configsync, replicator
 
 from mirrorline.core.aclsync import AclBinding
 from mirrorline.dev import kafka
@@ -134,14 +134,6 @@ def mirror_config(clusters: Mapping[str, LocalKafkaCluster], topics: str, **flow
     lines += ["src->dst.enabled = true", *(f"src->dst.{k} = {v}" for k, v in settings.items())]
     return "\n".join(lines) + "\n"
 
-
-def configsync(config: str, tmp: Path, name: str) -> ServiceProcess:
-    path = tmp / f"{name}.properties"
-    path.write_text(config)
-    port = free_port()
-    return ServiceProcess(["configsync", "--config", str(path), "--grpc-port", str(port),
-                           "--metrics-port", "-1", "--instance-id", name],
-                          grpc_port=port, log_path=tmp / f"{name}.log")
 
 
 async def rounds(sync: ServiceProcess) -> int:

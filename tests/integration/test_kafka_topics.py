@@ -16,7 +16,7 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewPartitions
 from helpers import Record, produce, wait_for
 from kafka_checks import read_all, ready_topic, wait_for_leaders
-from procs import ServiceProcess, free_port, mm2_config, replicator
+from procs import configsync, mm2_config, replicator
 
 from mirrorline.core.filters import ConfigOp, ConfigSource
 from mirrorline.dev.kafka import LocalKafkaCluster
@@ -50,14 +50,6 @@ async def alter_by_hand(cluster: LocalKafkaCluster, topic: str, *ops: ConfigOp) 
         errors = await alter_topic_configs(admin, {topic: list(ops)}, 10)
     assert errors == {topic: None}
 
-
-def configsync(config: str, tmp: Path, name: str = "configsync") -> ServiceProcess:
-    path = tmp / f"{name}.properties"
-    path.write_text(config)
-    port = free_port()
-    return ServiceProcess(["configsync", "--config", str(path), "--grpc-port", str(port),
-                           "--metrics-port", "-1", "--instance-id", name],
-                          grpc_port=port, log_path=tmp / f"{name}.log")
 
 
 async def test_a_grown_source_topic_is_followed_and_only_its_overrides_are_copied(

@@ -12,9 +12,7 @@ writes `heartbeats` topics that the suite's shared clusters must not carry.
 from __future__ import annotations
 
 import asyncio
-import json
 import shutil
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +20,7 @@ from typing import Any
 import pytest
 from helpers import commit_offsets, consume_all, produce, wait_for
 from mm2_peer import create_ready, numbered, trim, wait_checkpoints
-from procs import Deployment, ServiceProcess, free_port
+from procs import Deployment, ServiceProcess, admin_cli_json, free_port
 
 from mirrorline.client import MirrorClient
 from mirrorline.dev import kafka, mm2
@@ -76,14 +74,6 @@ async def run_probe(tmp: Path, classes: Path, bootstrap: str, upstream: str,
     assert ran.returncode == 0, err.decode()
     return set(out.decode().splitlines())
 
-
-async def admin_json(server: str, *args: str) -> Any:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "mirrorline", "admin", "--server", server, "--output", "json",
-        *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    out, err = await asyncio.wait_for(proc.communicate(), 120)
-    assert proc.returncode == 0, err.decode()
-    return json.loads(out)
 
 
 async def mirrorline_view(bootstrap: str, upstream: str) -> set[str]:
@@ -141,7 +131,7 @@ async def test_mm2_client_library_agrees_with_mirrorline(
                                downstream={(remote, 0): 15, (remote, 1): 30})
 
         async def charlie_sees_alpha() -> bool:
-            report = await admin_json(server, "topology", "--cluster", "charlie")
+            report = await admin_cli_json(server, "topology", "--cluster", "charlie")
             (view,) = report["clusters"]
             return any(p["route"][0] == "alpha" and not p["stale"] for p in view["paths"])
         await wait_for(charlie_sees_alpha, 90, "charlie never saw alpha's heartbeats",
@@ -149,7 +139,7 @@ async def test_mm2_client_library_agrees_with_mirrorline(
 
         # Offsets: RemoteClusterUtils.translateOffsets == `admin offsets translate`.
         on_bravo = await run_probe(tmp_path, chain["probe"], bravo.bootstrap, "alpha", group)
-        translated = await admin_json(server, "offsets", "translate", "alpha->bravo",
+        translated = await admin_cli_json(server, "offsets", "translate", "alpha->bravo",
                                       "--group", group)
         ours = {f"translated\t{group}\t{p['target_topic']}\t{p['partition']}\t"
                 f"{int(p['target_offset'])}" for p in translated["partitions"]}
@@ -158,7 +148,7 @@ async def test_mm2_client_library_agrees_with_mirrorline(
                         f"translated\t{group}\t{remote}\t1\t30"}
 
         # Topology: upstreamClusters / replicationHops == `admin topology`.
-        report = await admin_json(server, "topology")
+        report = await admin_cli_json(server, "topology")
         for cluster in (bravo, charlie):
             answers = await run_probe(tmp_path, chain["probe"], cluster.bootstrap, "alpha")
             (view,) = [c for c in report["clusters"] if c["cluster"] == cluster.alias]
