@@ -63,8 +63,10 @@ class ServiceProcess:
     def __init__(self, args: list[str], *, grpc_port: int, log_path: Path,
                  metrics_port: int | None = None,
                  credentials: ClientCredentials | None = None,
-                 env: Mapping[str, str] | None = None) -> None:
+                 env: Mapping[str, str] | None = None, cwd: Path | None = None) -> None:
         self.args = args
+        #: Its working directory (the tests' own when None).
+        self.cwd = cwd
         #: Extra environment (e.g. an OTLP endpoint); none is inherited from the tests'.
         self.env = dict(env or {})
         #: How the test talks to it (plaintext when None).
@@ -80,7 +82,8 @@ class ServiceProcess:
         env = {k: v for k, v in os.environ.items() if k != "OTEL_EXPORTER_OTLP_ENDPOINT"}
         env.update(self.env)
         self.proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "mirrorline", *self.args, stdout=log, stderr=log, env=env)
+            sys.executable, "-m", "mirrorline", *self.args, stdout=log, stderr=log, env=env,
+            cwd=self.cwd)
         log.close()
 
     @property

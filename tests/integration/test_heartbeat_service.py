@@ -122,17 +122,23 @@ async def assert_clean_sigterm(proc: ServiceProcess) -> None:
     assert code == 0, log
     assert took < 15, f"took {took:.1f}s to stop:\n{log}"
     assert "Traceback" not in log and "never awaited" not in log, log
+    # Nothing left in its working directory (faust's data directory went there once).
+    left = sorted(p.name for p in proc.cwd.iterdir()) if proc.cwd is not None else []
+    assert not left, f"left in its working directory: {left}"
 
 
 def heartbeat_service(tmp_path: Path, name: str, config_text: str) -> ServiceProcess:
     """A `mirrorline heartbeat` process (not started) on `config_text`, logging to
-    `<name>.log`."""
+    `<name>.log`, in an empty working directory of its own (`assert_clean_sigterm` checks
+    it is left empty)."""
     config = tmp_path / f"{name}.properties"
     config.write_text(config_text)
     port = free_port()
+    cwd = tmp_path / f"{name}-cwd"
+    cwd.mkdir()
     return ServiceProcess(["heartbeat", "--config", str(config), "--grpc-port", str(port),
                            "--metrics-port", "-1"], grpc_port=port,
-                          log_path=tmp_path / f"{name}.log")
+                          log_path=tmp_path / f"{name}.log", cwd=cwd)
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:

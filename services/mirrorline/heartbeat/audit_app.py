@@ -36,6 +36,8 @@ import asyncio
 import contextlib
 import json
 import logging
+import shutil
+import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -168,8 +170,14 @@ class AuditApp:
         self._admin_kwargs = dict(admin_kwargs)
         self._on_verdict = on_verdict
         brokers = [f"kafka://{b.strip()}" for b in bootstrap.split(",") if b.strip()]
+        #: Faust makes a data directory even for in-memory tables (`<app id>-data` in the
+        #: working directory by default: a read-only root in a container, litter in a
+        #: checkout). The tables live in memory and in their changelogs, so a private
+        #: temporary directory, removed at stop, is all it gets.
+        self._datadir = tempfile.mkdtemp(prefix=f"mirrorline-faust-{target}-")
         self.app = faust.App(
             app_id, broker=brokers, web_enabled=False, store="memory://",
+            datadir=self._datadir,
             topic_partitions=1, producer_acks=-1, broker_session_timeout=6.0,
             broker_heartbeat_interval=2.0, stream_wait_empty=False,
             table_cleanup_interval=3600.0, autodiscover=False,
@@ -249,6 +257,12 @@ class AuditApp:
         answer, it is a daemon thread (see `start`) and ends with the process; faust's
         remains are then silenced after one line saying why.
         """
+        try:
+            await self._stop()
+        finally:
+            shutil.rmtree(self._datadir, ignore_errors=True)
+
+    async def _stop(self) -> None:
         if self._ticker is not None:
             self._ticker.cancel()
             await asyncio.gather(self._ticker, return_exceptions=True)
