@@ -66,10 +66,15 @@ async def test_the_cli_drives_a_real_deployment(primary: LocalBroker, backup: Lo
         code, table, _ = await admin_cli(leader, "workers")
         assert code == 0 and "w1" in table
 
-        # Live status: successive JSON documents, then Ctrl-C ends it cleanly.
+        # Live status: successive JSON documents, then Ctrl-C ends it cleanly. Ctrl-C as a
+        # terminal delivers it: SIGINT at its default disposition in the child, as in an
+        # interactive shell (a suite started in the background by a non-interactive shell
+        # would otherwise hand down SIGINT ignored, and Python then never raises
+        # KeyboardInterrupt).
         watch = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "mirrorline", "admin", "--server", leader, "--output",
-            "json", "status", "--watch", "--interval", "0.3", stdout=asyncio.subprocess.PIPE)
+            "json", "status", "--watch", "--interval", "0.3", stdout=asyncio.subprocess.PIPE,
+            preexec_fn=_sigint_as_on_a_terminal)
         assert watch.stdout is not None
         lines = [await asyncio.wait_for(watch.stdout.readline(), 20) for _ in range(2)]
         assert all(json.loads(line)["flows"][0]["flow"] == flow for line in lines)
@@ -96,3 +101,7 @@ async def test_the_cli_drives_a_real_deployment(primary: LocalBroker, backup: Lo
         assert deleted["name"] == f"{b}->{a}"
         listed = await admin_cli_json(leader, "flows", "list")
         assert [f["name"] for f in listed["flows"]] == [flow]
+
+
+def _sigint_as_on_a_terminal() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -10,10 +10,9 @@ other separated by a blank line, and with `--output json` each report is one JSO
 from __future__ import annotations
 
 import argparse
-import queue
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, Final
 
 import grpc
@@ -90,7 +89,7 @@ def _watch(args: argparse.Namespace) -> int:
             timer.start()
             first = True
             try:
-                for report in _received(stream):
+                for report in stream:
                     if first:
                         timer.cancel()
                     sys.stdout.write(watch_frame(report, output=args.output, tty=tty,
@@ -117,44 +116,6 @@ def _watch(args: argparse.Namespace) -> int:
             finally:
                 timer.cancel()
     raise AssertionError("unreachable")  # pragma: no cover
-
-
-#: Nothing in the stream yet: how often the main thread looks up (and so can take Ctrl-C).
-_POLL_S: Final = 0.2
-_END: Final = object()
-
-
-def _received(stream: Any) -> Iterator[admin_pb2.StatusReport]:
-    """The stream's reports, read by a thread of their own.
-
-    Iterated in the main thread, a gRPC stream waits inside gRPC's own condition variable,
-    and a Ctrl-C landing there can leave the process hung instead of ending it (the full
-    suite's CLI test saw `status --watch` still alive 20 s after SIGINT, twice). Here the
-    main thread only waits on a queue, where KeyboardInterrupt is an ordinary exception
-    and the stream can always be cancelled; the reading thread then ends with the stream.
-    """
-    reports: queue.Queue[Any] = queue.Queue()
-
-    def read() -> None:
-        try:
-            for report in stream:
-                reports.put(report)
-        except BaseException as exc:  # handed to the main thread, raised there
-            reports.put(exc)
-        else:
-            reports.put(_END)
-
-    threading.Thread(target=read, name="watch-status", daemon=True).start()
-    while True:
-        try:
-            item = reports.get(timeout=_POLL_S)
-        except queue.Empty:
-            continue
-        if item is _END:
-            return
-        if isinstance(item, BaseException):
-            raise item
-        yield item
 
 
 def _min_interval(text: str) -> float:
