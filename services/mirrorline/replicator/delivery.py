@@ -31,6 +31,8 @@ Fetch = Callable[[int], Awaitable[None]]
 OnAck = Callable[[PartitionPump, Delivered], None]
 #: Called for every batch that failed, with why (the pump may need its target checked).
 OnFailed = Callable[[PartitionPump, BaseException], None]
+#: Called once when the oldest batch in flight has waited `stall_after_s`, with its age.
+OnStalled = Callable[[float], None]
 
 
 async def _send(producer: AIOKafkaProducer, batch: Any, pump: PartitionPump) -> Any:
@@ -43,10 +45,20 @@ async def _send(producer: AIOKafkaProducer, batch: Any, pump: PartitionPump) -> 
 class DeliveryLoop:
     def __init__(self, producer: AIOKafkaProducer, pumps: Mapping[TopicPartition, PartitionPump],
                  *, fetch: Fetch, on_ack: OnAck, on_failed: OnFailed | None = None,
-                 poll_timeout_ms: int = 1000) -> None:
+                 poll_timeout_ms: int = 1000, stall_after_s: float | None = None,
+                 on_stalled: OnStalled | None = None) -> None:
+        """`stall_after_s` / `on_stalled`: an idempotent aiokafka producer never expires a
+        batch whose partition leader it still knows, however long the leader is
+        unreachable; the batch then waits, unseen, for the whole outage. The loop says so
+        once the oldest batch in flight has waited this long (the flow aborts the sends,
+        and its partitions check the target, as after an expired batch)."""
         #: Replaced by the flow after an abort; None while no producer can send.
         self.producer: AIOKafkaProducer | None = producer
         self._on_failed = on_failed
+        self._stall_after_s = stall_after_s
+        self._on_stalled = on_stalled
+        self._stall_said = False
+        self._launched_at: dict[asyncio.Future[Any], float] = {}
         self._pumps = pumps
         self._fetch = fetch
         self._on_ack = on_ack
@@ -90,7 +102,9 @@ class DeliveryLoop:
             # A send of its own: queueing may wait (for the remote topic's metadata, for
             # room), and a producer aborted meanwhile never ends that wait, so the loop
             # must not sit in it; `settle_all` cancels such a send.
-            self._in_flight[asyncio.ensure_future(_send(producer, batch, pump))] = pump
+            send = asyncio.ensure_future(_send(producer, batch, pump))
+            self._in_flight[send] = pump
+            self._launched_at[send] = now
 
     async def _settle_some(self) -> None:
         """Wait for an acknowledgement, a retry deadline or a wake-up; settle what is done."""
@@ -102,9 +116,25 @@ class DeliveryLoop:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.wake.wait(), timeout)
             return
+        wait_s = self._retry_timeout()
+        stall_at = self._stall_deadline()
+        if stall_at is not None:
+            left = max(0.0, stall_at - time.monotonic())
+            wait_s = left if wait_s is None else min(wait_s, left)
         done, _ = await asyncio.wait(self._in_flight, return_when=asyncio.FIRST_COMPLETED,
-                                     timeout=self._retry_timeout())
+                                     timeout=wait_s)
         self._settle(done)
+        stall_at = self._stall_deadline()
+        if stall_at is not None and time.monotonic() >= stall_at and not self._stall_said:
+            self._stall_said = True
+            assert self._on_stalled is not None and self._stall_after_s is not None
+            self._on_stalled(time.monotonic() - stall_at + self._stall_after_s)
+
+    def _stall_deadline(self) -> float | None:
+        """When the oldest batch in flight counts as stalled (None: not watched, or none)."""
+        if self._stall_after_s is None or self._on_stalled is None or not self._launched_at:
+            return None
+        return min(self._launched_at.values()) + self._stall_after_s
 
     async def wait_settled(self, pump: PartitionPump, timeout: float) -> bool:
         """Wait until `pump` has no batch in flight; False if `timeout` passed first."""
@@ -122,6 +152,7 @@ class DeliveryLoop:
         self._settled.set()
         now = time.monotonic()
         for future in done:
+            self._launched_at.pop(future, None)
             pump = self._in_flight.pop(future, None)
             if pump is None:
                 continue  # settled by a concurrent waiter already
@@ -133,6 +164,8 @@ class DeliveryLoop:
                     self._on_failed(pump, exc)
             else:
                 self._on_ack(pump, pump.acknowledged(future.result().offset))
+        if not self._in_flight:
+            self._stall_said = False
 
     def _next_retry(self) -> float | None:
         waiting = [p.retry_at for p in self._pumps.values()

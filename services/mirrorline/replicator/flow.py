@@ -55,6 +55,8 @@ log = logging.getLogger(__name__)
 #: Refusals meaning the broker no longer agrees with the producer's sequence numbers: only
 #: a new producer (id) recovers.
 PRODUCER_STATE_LOST = (OutOfOrderSequenceNumber, UnknownProducerId, InvalidProducerEpoch)
+#: aiokafka's request.timeout.ms when the file sets none.
+DEFAULT_REQUEST_TIMEOUT_MS = 40_000
 
 #: A partition let go with a batch in flight says why it waits, this often.
 RELEASE_WAIT_S = 10.0
@@ -155,10 +157,14 @@ class FlowReplicator:
                 committed=self._committed, on_fenced=self._fenced,
                 poll_timeout_ms=self.flow.consumer_poll_timeout_ms)
         else:
-            self._delivery = DeliveryLoop(self._producer, self._pumps, fetch=traffic.fetch,
-                                          on_ack=traffic.on_ack,
-                                          on_failed=functools.partial(self._send_failed, checker),
-                                          poll_timeout_ms=self.flow.consumer_poll_timeout_ms)
+            pkw = self._clients.producer_kwargs
+            self._delivery = DeliveryLoop(
+                self._producer, self._pumps, fetch=traffic.fetch, on_ack=traffic.on_ack,
+                on_failed=functools.partial(self._send_failed, checker),
+                poll_timeout_ms=self.flow.consumer_poll_timeout_ms,
+                stall_after_s=(pkw.get("request_timeout_ms", DEFAULT_REQUEST_TIMEOUT_MS) / 1000
+                               if pkw.get("enable_idempotence") else None),
+                on_stalled=self._send_stalled)
         self._tasks.append(asyncio.create_task(self._delivery.run(), name=f"{self.name} copy"))
         self._tasks.append(asyncio.create_task(checker.run(), name=f"{self.name} check"))
         self._tasks.append(asyncio.create_task(traffic.watch(
@@ -223,10 +229,24 @@ class FlowReplicator:
             self._tasks.append(asyncio.create_task(
                 self._reset_producer(type(exc).__name__), name=f"{self.name} reset producer"))
 
-    async def _reset_producer(self, cause: str) -> None:
+    def _send_stalled(self, age_s: float) -> None:
+        """An idempotent producer's batch unacknowledged past the request timeout: the
+        target is down or unreachable, and aiokafka would retry it silently until it
+        returns. The sends are aborted instead (a new producer takes over), so every
+        partition says the target failed it and checks the target before sending again,
+        as after an expired batch of a producer that is not idempotent."""
+        if (self._txn_books is None and self._producer is not None and not self._stopping
+                and not self._resetting):
+            self._resetting = True
+            self._tasks.append(asyncio.create_task(self._reset_producer(
+                reason=f"the target acknowledged no batch for {age_s:.0f}s "
+                       "(request.timeout.ms): a new producer takes over"),
+                name=f"{self.name} reset producer"))
+
+    async def _reset_producer(self, cause: str = "", *, reason: str = "") -> None:
         try:
-            await self.abort_sends(f"the target refused this producer's sequence ({cause}): "
-                                   "a new producer takes over")
+            await self.abort_sends(reason or f"the target refused this producer's sequence "
+                                             f"({cause}): a new producer takes over")
         finally:
             self._resetting = False
 
