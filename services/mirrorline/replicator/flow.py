@@ -222,12 +222,9 @@ class FlowReplicator:
         never saw, so every later batch of that partition is refused as out of order:
         such a producer is replaced (a new producer id starts its sequences afresh)."""
         checker.wake.set()
-        if (isinstance(exc, PRODUCER_STATE_LOST) and self._txn_books is None
-                and self._producer is not None and not self._stopping
-                and not self._resetting):
-            self._resetting = True
-            self._tasks.append(asyncio.create_task(
-                self._reset_producer(type(exc).__name__), name=f"{self.name} reset producer"))
+        if isinstance(exc, PRODUCER_STATE_LOST):
+            self._replace_producer(f"the target refused this producer's sequence "
+                                   f"({type(exc).__name__})")
 
     def _send_stalled(self, age_s: float) -> None:
         """An idempotent producer's batch unacknowledged past the request timeout: the
@@ -235,18 +232,22 @@ class FlowReplicator:
         returns. The sends are aborted instead (a new producer takes over), so every
         partition says the target failed it and checks the target before sending again,
         as after an expired batch of a producer that is not idempotent."""
-        if (self._txn_books is None and self._producer is not None and not self._stopping
-                and not self._resetting):
-            self._resetting = True
-            self._tasks.append(asyncio.create_task(self._reset_producer(
-                reason=f"the target acknowledged no batch for {age_s:.0f}s "
-                       "(request.timeout.ms): a new producer takes over"),
-                name=f"{self.name} reset producer"))
+        self._replace_producer(f"the target acknowledged no batch for {age_s:.0f}s "
+                               "(request.timeout.ms)")
 
-    async def _reset_producer(self, cause: str = "", *, reason: str = "") -> None:
+    def _replace_producer(self, why: str) -> None:
+        """Abort the sends and open a new producer, once at a time, outside exactly-once
+        mode (which replaces its transactional producer itself) and not while stopping."""
+        if (self._txn_books is not None or self._producer is None or self._stopping
+                or self._resetting):
+            return
+        self._resetting = True
+        self._tasks.append(asyncio.create_task(self._reset_producer(
+            f"{why}: a new producer takes over"), name=f"{self.name} reset producer"))
+
+    async def _reset_producer(self, reason: str) -> None:
         try:
-            await self.abort_sends(reason or f"the target refused this producer's sequence "
-                                             f"({cause}): a new producer takes over")
+            await self.abort_sends(reason)
         finally:
             self._resetting = False
 
