@@ -46,7 +46,7 @@ from helpers import (
     stop_cluster,
     wait_for,
 )
-from procs import free_port, mm2_config
+from procs import admin_cli, free_port, mm2_config
 
 from mirrorline.dev import prometheus
 from mirrorline.dev.portcheck import is_free
@@ -263,15 +263,6 @@ async def reach(prom: Prometheus, every: list[Panel], expected: Mapping[str, Che
     return last
 
 
-async def admin(port: int, *args: str) -> str:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "mirrorline", "admin", "--server", f"127.0.0.1:{port}", *args,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
-    out, _ = await asyncio.wait_for(proc.communicate(), 30)
-    assert proc.returncode == 0, out.decode()
-    return out.decode()
-
-
 async def test_every_panel_reads_right_when_healthy_paused_and_failing(
         tmp_path: Path, unique: str) -> None:
     binary = prometheus.binary()
@@ -316,14 +307,14 @@ async def test_every_panel_reads_right_when_healthy_paused_and_failing(
             assert not unknown, f"panels read metrics nobody exports: {sorted(unknown)}"
 
             # Paused: the source's end moves on, nothing is copied.
-            await admin(controller, "flows", "pause", FLOW)
+            await _admin(controller, "flows", "pause", FLOW)
             await produce(alpha.bootstrap, TOPIC, [Record(b"p", partition=i % 2)
                                                    for i in range(40)])
             await reach(prom, every, PAUSED, "paused", all_answer=False)
 
             # Failing: resumed, and a record the target refuses (above the target
             # producer's max.request.size) stops its partition.
-            await admin(controller, "flows", "resume", FLOW)
+            await _admin(controller, "flows", "resume", FLOW)
             await produce(alpha.bootstrap, TOPIC, [Record(b"x" * (2 * LIMIT), partition=1)])
             await produce(alpha.bootstrap, TOPIC, [Record(b"f", partition=i % 2)
                                                    for i in range(40)])
@@ -341,3 +332,8 @@ async def test_every_panel_reads_right_when_healthy_paused_and_failing(
         log.close()
         await asyncio.gather(stop_cluster(alpha), stop_cluster(bravo),
                              return_exceptions=True)
+
+
+async def _admin(port: int, *args: str) -> None:
+    code, _, err = await admin_cli(f"127.0.0.1:{port}", *args, timeout=30)
+    assert code == 0, err
