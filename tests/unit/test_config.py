@@ -179,6 +179,7 @@ EXPECTED_DEFAULTS = {
     "canary": CanarySettings(enabled=True, interval_ms=1000, latency_slo_ms=5000),  # ours
     "audit": AuditSettings(enabled=True, window_ms=60000, grace_ms=10000),  # ours
     "resume_tail_match": True,  # ours (mirrorline.resume.tail.match)
+    "batch_path": "auto",  # ours (mirrorline.batch.path)
 }
 
 
@@ -520,3 +521,11 @@ def test_acks_zero_on_the_target_is_refused_at_its_line(setting: str) -> None:
     assert error.line == BASE_LINES + 2
     assert error.key == setting.split(" = ")[0]
     assert "without acknowledgements" in str(error)
+
+
+def test_batch_path_is_a_flow_key_with_three_values() -> None:
+    assert flow().batch_path == "auto"
+    assert flow("a->b.mirrorline.batch.path = off\n").batch_path == "off"
+    assert flow("mirrorline.batch.path = on\n").batch_path == "on"
+    error = config_error("mirrorline.batch.path = always\n")
+    assert (error.key, error.line) == ("mirrorline.batch.path", BASE_LINES + 1)

@@ -273,6 +273,12 @@ SETTINGS: Final[tuple[Setting, ...]] = (
           "Spark). A flow asking for exactly-once runs on the workers (auto becomes "
           "workers; spark with exactly-once required is an error).",
           values.parse_executor),
+    _ours("mirrorline.batch.path", "auto, on or off", "auto",
+          "How the replicator copies: on: the source's record batches go to the target as "
+          "they are (only their headers rewritten), except batches the target would refuse; "
+          "auto: the same, but a partition whose batches are small has its records "
+          "re-batched; off: every record is decoded and re-batched (MM2's way). See "
+          "docs/batch-path.md.", values.parse_batch_path),
     _ours("mirrorline.spark.offload.bytes.per.second", "bytes per second", "10485760",
           "A partition this busy (sustained) moves to Spark under auto.",
           values.parse_non_negative),

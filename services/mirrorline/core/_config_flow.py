@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Final, Literal, Protocol, TypeVar
+from typing import Final, Literal, Protocol, TypeVar, cast
 
 from mirrorline.core import _config_decl as decl
 from mirrorline.core import _config_keys as keys
@@ -125,6 +125,11 @@ class FlowBuilder:
         """`mirrorline.resume.tail.match` (default true), a boolean like MM2's flags."""
         return self.get("mirrorline.resume.tail.match", values.parse_bool)
 
+    def batch_path(self) -> Literal["auto", "on", "off"]:
+        """`mirrorline.batch.path` (default auto)."""
+        return cast(Literal["auto", "on", "off"],
+                    self.get("mirrorline.batch.path", values.parse_batch_path))
+
     def enabled(self) -> bool:
         """MM2: `s->t.enabled` decides; otherwise a top-level `enabled` counts, but only for
         pairs that have a herder at all, i.e. whose heartbeats are on (MirrorMakerConfig)."""
@@ -199,6 +204,7 @@ class FlowBuilder:
             else "mm2",
             offload=self.offload(),
             resume_tail_match=self.resume_tail_match(),
+            batch_path=self.batch_path(),
         )
         flow = self._exactly_once_stays_on_workers(flow)
         if flow.enabled:

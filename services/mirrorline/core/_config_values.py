@@ -124,6 +124,7 @@ parse_location = _choice("source", "target")
 parse_executor = _choice("workers", "spark", "auto")
 parse_use_defaults_from = _choice("source", "target")
 parse_sync_mode = _choice("apply", "plan")
+parse_batch_path = _choice("auto", "on", "off")
 parse_acls_mode = _choice("mm2", "full")
 
 

@@ -143,6 +143,10 @@ class FlowSettings:
     #: `mirrorline.resume.tail.match`: a resuming owner matches the target's tail against the
     #: source (False: durable progress alone, at-least-once as MM2).
     resume_tail_match: bool = True
+    #: `mirrorline.batch.path`: "on" copies the source's record batches as they are where
+    #: the target takes them, "auto" too unless a partition's batches are small, "off"
+    #: decodes and re-batches every record (docs/batch-path.md).
+    batch_path: Literal["auto", "on", "off"] = "auto"
 
     # -- facts derived from the settings, computed here and nowhere else ------------------
     # (as MM2's MirrorSourceConfig.offsetSyncsTopic() and MirrorCheckpointConfig do): every

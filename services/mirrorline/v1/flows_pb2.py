@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19mirrorline/v1/flows.proto\x12\rmirrorline.v1\"\x9a\x01\n\x08\x46lowSpec\x12\x0e\n\x06source\x18\x01 \x01(\t\x12\x0e\n\x06target\x18\x02 \x01(\t\x12;\n\nproperties\x18\x03 \x03(\x0b\x32\'.mirrorline.v1.FlowSpec.PropertiesEntry\x1a\x31\n\x0fPropertiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x92\x03\n\x0fPartitionStatus\x12\x0c\n\x04\x66low\x18\x01 \x01(\t\x12\x14\n\x0csource_topic\x18\x02 \x01(\t\x12\x14\n\x0ctarget_topic\x18\x03 \x01(\t\x12\x11\n\tpartition\x18\x04 \x01(\x05\x12\x19\n\x11source_end_offset\x18\x05 \x01(\x03\x12\x13\n\x0bnext_offset\x18\x06 \x01(\x03\x12\x13\n\x0blag_records\x18\x07 \x01(\x03\x12#\n\x1blast_replication_latency_ms\x18\x08 \x01(\x01\x12,\n\x05state\x18\t \x01(\x0e\x32\x1d.mirrorline.v1.PartitionState\x12\r\n\x05\x65rror\x18\n \x01(\t\x12\x1a\n\x12records_replicated\x18\x0b \x01(\x03\x12\x0e\n\x06lag_ms\x18\x0c \x01(\x01\x12\x11\n\tworker_id\x18\r \x01(\t\x12\x1a\n\x12records_per_second\x18\x0e \x01(\x01\x12\x18\n\x10\x62ytes_per_second\x18\x0f \x01(\x01\x12\x16\n\x0emicro_batch_ms\x18( \x01(\x01*\x85\x01\n\tFlowState\x12\x1a\n\x16\x46LOW_STATE_UNSPECIFIED\x10\x00\x12\x17\n\x13\x46LOW_STATE_STARTING\x10\x01\x12\x16\n\x12\x46LOW_STATE_RUNNING\x10\x02\x12\x15\n\x11\x46LOW_STATE_PAUSED\x10\x03\x12\x14\n\x10\x46LOW_STATE_ERROR\x10\x04*\xc3\x01\n\x0ePartitionState\x12\x1f\n\x1bPARTITION_STATE_UNSPECIFIED\x10\x00\x12\x1c\n\x18PARTITION_STATE_STARTING\x10\x01\x12\x1b\n\x17PARTITION_STATE_RUNNING\x10\x02\x12\x1a\n\x16PARTITION_STATE_PAUSED\x10\x03\x12\x19\n\x15PARTITION_STATE_ERROR\x10\x04\x12\x1e\n\x1aPARTITION_STATE_UNASSIGNED\x10\x05\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19mirrorline/v1/flows.proto\x12\rmirrorline.v1\"\x9a\x01\n\x08\x46lowSpec\x12\x0e\n\x06source\x18\x01 \x01(\t\x12\x0e\n\x06target\x18\x02 \x01(\t\x12;\n\nproperties\x18\x03 \x03(\x0b\x32\'.mirrorline.v1.FlowSpec.PropertiesEntry\x1a\x31\n\x0fPropertiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xbf\x03\n\x0fPartitionStatus\x12\x0c\n\x04\x66low\x18\x01 \x01(\t\x12\x14\n\x0csource_topic\x18\x02 \x01(\t\x12\x14\n\x0ctarget_topic\x18\x03 \x01(\t\x12\x11\n\tpartition\x18\x04 \x01(\x05\x12\x19\n\x11source_end_offset\x18\x05 \x01(\x03\x12\x13\n\x0bnext_offset\x18\x06 \x01(\x03\x12\x13\n\x0blag_records\x18\x07 \x01(\x03\x12#\n\x1blast_replication_latency_ms\x18\x08 \x01(\x01\x12,\n\x05state\x18\t \x01(\x0e\x32\x1d.mirrorline.v1.PartitionState\x12\r\n\x05\x65rror\x18\n \x01(\t\x12\x1a\n\x12records_replicated\x18\x0b \x01(\x03\x12\x0e\n\x06lag_ms\x18\x0c \x01(\x01\x12\x11\n\tworker_id\x18\r \x01(\t\x12\x1a\n\x12records_per_second\x18\x0e \x01(\x01\x12\x18\n\x10\x62ytes_per_second\x18\x0f \x01(\x01\x12\x16\n\x0emicro_batch_ms\x18( \x01(\x01\x12\x11\n\tcopy_path\x18\x10 \x01(\t\x12\x18\n\x10\x63opy_path_reason\x18\x11 \x01(\t*\x85\x01\n\tFlowState\x12\x1a\n\x16\x46LOW_STATE_UNSPECIFIED\x10\x00\x12\x17\n\x13\x46LOW_STATE_STARTING\x10\x01\x12\x16\n\x12\x46LOW_STATE_RUNNING\x10\x02\x12\x15\n\x11\x46LOW_STATE_PAUSED\x10\x03\x12\x14\n\x10\x46LOW_STATE_ERROR\x10\x04*\xc3\x01\n\x0ePartitionState\x12\x1f\n\x1bPARTITION_STATE_UNSPECIFIED\x10\x00\x12\x1c\n\x18PARTITION_STATE_STARTING\x10\x01\x12\x1b\n\x17PARTITION_STATE_RUNNING\x10\x02\x12\x1a\n\x16PARTITION_STATE_PAUSED\x10\x03\x12\x19\n\x15PARTITION_STATE_ERROR\x10\x04\x12\x1e\n\x1aPARTITION_STATE_UNASSIGNED\x10\x05\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,14 +33,14 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_FLOWSPEC_PROPERTIESENTRY']._loaded_options = None
   _globals['_FLOWSPEC_PROPERTIESENTRY']._serialized_options = b'8\001'
-  _globals['_FLOWSTATE']._serialized_start=607
-  _globals['_FLOWSTATE']._serialized_end=740
-  _globals['_PARTITIONSTATE']._serialized_start=743
-  _globals['_PARTITIONSTATE']._serialized_end=938
+  _globals['_FLOWSTATE']._serialized_start=652
+  _globals['_FLOWSTATE']._serialized_end=785
+  _globals['_PARTITIONSTATE']._serialized_start=788
+  _globals['_PARTITIONSTATE']._serialized_end=983
   _globals['_FLOWSPEC']._serialized_start=45
   _globals['_FLOWSPEC']._serialized_end=199
   _globals['_FLOWSPEC_PROPERTIESENTRY']._serialized_start=150
   _globals['_FLOWSPEC_PROPERTIESENTRY']._serialized_end=199
   _globals['_PARTITIONSTATUS']._serialized_start=202
-  _globals['_PARTITIONSTATUS']._serialized_end=604
+  _globals['_PARTITIONSTATUS']._serialized_end=649
 # @@protoc_insertion_point(module_scope)

@@ -139,6 +139,8 @@ class PartitionStatus(_message.Message):
     RECORDS_PER_SECOND_FIELD_NUMBER: _builtins.int
     BYTES_PER_SECOND_FIELD_NUMBER: _builtins.int
     MICRO_BATCH_MS_FIELD_NUMBER: _builtins.int
+    COPY_PATH_FIELD_NUMBER: _builtins.int
+    COPY_PATH_REASON_FIELD_NUMBER: _builtins.int
     flow: _builtins.str
     """"source->target" """
     source_topic: _builtins.str
@@ -163,6 +165,12 @@ class PartitionStatus(_message.Message):
     bytes_per_second: _builtins.float
     micro_batch_ms: _builtins.float
     """Spark executor only: duration of the last micro-batch, in milliseconds (0 otherwise)."""
+    copy_path: _builtins.str
+    """How records of this partition are copied: "batches" (the source's record batches
+    forwarded as they are, headers rewritten) or "records" (decoded and re-batched).
+    """
+    copy_path_reason: _builtins.str
+    """Why that path, in words (e.g. "source batches average 1.3 records")."""
     def __init__(
         self,
         *,
@@ -182,10 +190,12 @@ class PartitionStatus(_message.Message):
         records_per_second: _builtins.float = ...,
         bytes_per_second: _builtins.float = ...,
         micro_batch_ms: _builtins.float = ...,
+        copy_path: _builtins.str = ...,
+        copy_path_reason: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes_per_second", b"bytes_per_second", "error", b"error", "flow", b"flow", "lag_ms", b"lag_ms", "lag_records", b"lag_records", "last_replication_latency_ms", b"last_replication_latency_ms", "micro_batch_ms", b"micro_batch_ms", "next_offset", b"next_offset", "partition", b"partition", "records_per_second", b"records_per_second", "records_replicated", b"records_replicated", "source_end_offset", b"source_end_offset", "source_topic", b"source_topic", "state", b"state", "target_topic", b"target_topic", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes_per_second", b"bytes_per_second", "copy_path", b"copy_path", "copy_path_reason", b"copy_path_reason", "error", b"error", "flow", b"flow", "lag_ms", b"lag_ms", "lag_records", b"lag_records", "last_replication_latency_ms", b"last_replication_latency_ms", "micro_batch_ms", b"micro_batch_ms", "next_offset", b"next_offset", "partition", b"partition", "records_per_second", b"records_per_second", "records_replicated", b"records_replicated", "source_end_offset", b"source_end_offset", "source_topic", b"source_topic", "state", b"state", "target_topic", b"target_topic", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
