@@ -23,12 +23,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeAlias
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
+from aiokafka import (
+    AIOKafkaClient,
+    AIOKafkaConsumer,
+    AIOKafkaProducer,
+    ConsumerRecord,
+    TopicPartition,
+)
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from mirrorline.core.batches import split
 from mirrorline.dev import kafka
 from mirrorline.dev.brokers import start_broker, stop_broker_async
 from mirrorline.kafka.metadata import partitions_by_topic
+from mirrorline.kafka.rawbatches import RawBatches
 
 Headers: TypeAlias = Sequence[tuple[str, bytes]]
 #: Explicit TypeAlias: aiokafka ships no type information, so mypy sees it as Any.
@@ -119,13 +127,23 @@ async def create_topic(
         await admin.close()
 
 
-async def produce(bootstrap: str, topic: str, records: Iterable[Record]) -> list[Any]:
-    """Produce `records` in order and wait for every ack; returns their RecordMetadata."""
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
+async def produce(bootstrap: str, topic: str, records: Iterable[Record], *,
+                  compression: str | None = None, linger_ms: int = 5,
+                  one_per_batch: bool = False) -> list[Any]:
+    """Produce `records` in order and wait for every ack; returns their RecordMetadata.
+
+    `compression` is the producer's `compression.type` (gzip, snappy, lz4, zstd). Records
+    are queued all at once, so the producer fills its batches as `linger_ms` lets it;
+    `one_per_batch` instead waits for each record's ack before sending the next, as a
+    producer without linger that sends one record at a time does (one record per batch).
+    """
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=linger_ms,
+                                compression_type=compression)
     await producer.start()
     try:
-        futures = [
-            await producer.send(
+        futures = []
+        for record in records:
+            future = await producer.send(
                 topic,
                 value=record.value,
                 key=record.key,
@@ -133,11 +151,41 @@ async def produce(bootstrap: str, topic: str, records: Iterable[Record]) -> list
                 timestamp_ms=record.timestamp_ms,
                 headers=list(record.headers),  # aiokafka's producer wants a list
             )
-            for record in records
-        ]
+            if one_per_batch:
+                await future
+            futures.append(future)
         return list(await asyncio.gather(*futures))
     finally:
         await producer.stop()
+
+
+async def raw_batches(bootstrap: str, topic: str, partition: int = 0) -> list[bytes]:
+    """Every record batch of `topic`-`partition`, from offset 0 to the high watermark, as
+    the broker stores it (read_uncommitted: control batches included): what a test reads to
+    see how batches were written -- codec, record count, producer fields
+    (`mirrorline.core.batches.parse_header`) and the records section after the header."""
+    client = AIOKafkaClient(bootstrap_servers=bootstrap)
+    await client.bootstrap()
+    try:
+        source = RawBatches(client)
+        tp = TopicPartition(topic, partition)
+        out: list[bytes] = []
+        position = 0
+        while True:
+            fetched = (await source.fetch({tp: position}))[tp]
+            fetched.check(tp)
+            cut = split(fetched.records)
+            out.extend(bytes(batch.data) for batch in cut.batches)
+            if cut.next_offset is not None:
+                position = cut.next_offset
+            if position >= fetched.high_watermark:
+                return out
+            if cut.next_offset is None:
+                raise AssertionError(f"{topic}-{partition}: no whole batch at offset "
+                                     f"{position}, below the high watermark "
+                                     f"{fetched.high_watermark}")
+    finally:
+        await client.close()
 
 
 async def consume_all(
@@ -296,11 +344,14 @@ async def read_from_committed(bootstrap: str, group: str, topic: str) -> list[Co
 async def steady(bootstrap: str, topic: str, partitions: int, *, burst: int = 60,
                  pause_s: float = 0.02, value: Callable[[int], bytes] = lambda n: str(n).encode(),
                  key: Callable[[int], bytes | None] = lambda n: None,
+                 compression: str | None = None,
                  ) -> AsyncIterator[list[int]]:
     """Produce numbered records round-robin over the partitions until the block exits (in
-    bursts of `burst`, each acknowledged, then a short pause); yields `[count sent]`."""
+    bursts of `burst`, each acknowledged, then a short pause); yields `[count sent]`.
+    `compression`: the producer's `compression.type`."""
     sent, stop = [0], asyncio.Event()
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=2)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=2,
+                                compression_type=compression)
     await producer.start()
 
     async def run() -> None:
