@@ -61,7 +61,7 @@ CODECS = ("lz4", "zstd", "snappy", "gzip", "none")
 PARTITIONS = 2
 PER_TOPIC = 400  # records of each codec topic, over both partitions
 SMALL = 100  # records of the one-record-per-batch topic
-TRANSACTIONS = 6  # of 40 records per partition; every third one aborted
+TRANSACTIONS = 6  # of 80 records per partition; every third one aborted
 ROUNDS = 6  # of the compacted topic, one segment each
 #: What the record path writes: the target producer's default `compression.type`.
 RECORD_PATH_CODEC = "none"
@@ -105,8 +105,9 @@ class Sources:
 
 async def write_transactions(bootstrap: str, topic: str, transactional_id: str
                              ) -> frozenset[bytes]:
-    """Transactions of 40 lz4 records per partition, every third one aborted, with 10
-    plain zstd records per partition after each; the aborted records' values."""
+    """Transactions of 80 lz4 records per partition, every third one aborted, with 40
+    plain zstd records per partition after each (batches of tens of records: under `auto`
+    not small); the aborted records' values."""
     txn = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=transactional_id,
                            enable_idempotence=True, linger_ms=50, compression_type="lz4")
     plain = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=50,
@@ -120,7 +121,7 @@ async def write_transactions(bootstrap: str, topic: str, transactional_id: str
             abort = t % 3 == 1
             await txn.begin_transaction()
             futures = []
-            for _ in range(40 * PARTITIONS):
+            for _ in range(80 * PARTITIONS):
                 r = record(n, "aborted" if abort else "committed")
                 if abort and r.value is not None:
                     aborted.add(r.value)
@@ -132,7 +133,7 @@ async def write_transactions(bootstrap: str, topic: str, transactional_id: str
                 await future
             await (txn.abort_transaction() if abort else txn.commit_transaction())
             futures = []
-            for _ in range(10 * PARTITIONS):
+            for _ in range(40 * PARTITIONS):
                 r = record(n, "plain")
                 futures.append(await plain.send(topic, r.value, key=r.key,
                                                 partition=r.partition,
@@ -193,7 +194,7 @@ async def sources(primary: LocalBroker) -> Sources:
     for codec, topic in codecs.items():
         await ready_topic(primary.bootstrap, topic, PARTITIONS)
         await produce(primary.bootstrap, topic, [record(i, codec) for i in range(PER_TOPIC)],
-                      compression=None if codec == "none" else codec, linger_ms=50)
+                      compression=None if codec == "none" else codec, linger_ms=100)
     small = f"{prefix}-small"
     await ready_topic(primary.bootstrap, small, 1)
     await produce(primary.bootstrap, small, [record(i, "small", 1) for i in range(SMALL)],
