@@ -52,10 +52,11 @@ async def ready_topic(bootstrap: str, name: str, partitions: int = 1,
 
 
 async def read_all(bootstrap: str, topic: str, *, isolation: str = "read_committed",
-                   timeout: float = 60.0, client: Mapping[str, Any] | None = None
-                   ) -> dict[int, list[Consumed]]:
+                   timeout: float = 60.0, client: Mapping[str, Any] | None = None,
+                   missing_ok: bool = False) -> dict[int, list[Consumed]]:
     """Every record of every partition of `topic` that a consumer with `isolation` reads,
-    from the log start to the end (the last stable offset for `read_committed`)."""
+    from the log start to the end (the last stable offset for `read_committed`).
+    `missing_ok`: a topic that does not exist (yet) reads as empty instead of failing."""
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
                                 enable_auto_commit=False, auto_offset_reset="earliest",
                                 isolation_level=isolation, fetch_max_wait_ms=100,
@@ -67,6 +68,8 @@ async def read_all(bootstrap: str, topic: str, *, isolation: str = "read_committ
         cluster = await consumer._client.fetch_all_metadata()
         tps = [TopicPartition(topic, p)
                for p in sorted(cluster.partitions_for_topic(topic) or ())]
+        if not tps and missing_ok:
+            return {}
         assert tps, f"topic {topic!r} does not exist on {bootstrap}"
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)

@@ -354,11 +354,11 @@ async def test_a_stale_high_watermark_does_not_stop_a_partition_as_truncated(
         await produce(primary.bootstrap, topic, [Record(b"b", partition=0)] * 2)
         pump = PartitionPump(flow="a->b", source_topic=topic, target_topic=f"a.{topic}",
                              partition=0, next_offset=5)  # the leader holds 5 records
-        await check_truncation(consumer, {tp: pump})
+        await check_truncation(consumer, {tp: pump}, consumer.highwater)
         assert pump.state is PumpState.RUNNING, pump.error
         beyond = PartitionPump(flow="a->b", source_topic=topic, target_topic=f"a.{topic}",
                                partition=0, next_offset=6)  # past the leader's end
-        await check_truncation(consumer, {tp: beyond})
+        await check_truncation(consumer, {tp: beyond}, consumer.highwater)
         assert beyond.state is not PumpState.RUNNING
         assert "source log end offset 5 is below the next offset to copy 6" in str(beyond.error)
     finally:

@@ -117,12 +117,14 @@ def status_report() -> admin_pb2.StatusReport:
             flows_pb2.PartitionStatus(
                 flow="a->b", source_topic="orders", target_topic="a.orders", partition=1,
                 source_end_offset=-1, next_offset=40, lag_records=-1, lag_ms=-1,
-                state=flows_pb2.PARTITION_STATE_STARTING, worker_id="w-2"),
+                state=flows_pb2.PARTITION_STATE_STARTING, worker_id="w-2",
+                copy_path="records", copy_path_reason="source batches average 1.0 records"),
             flows_pb2.PartitionStatus(
                 flow="a->b", source_topic="orders", target_topic="a.orders", partition=0,
                 source_end_offset=1000, next_offset=850, lag_records=150, lag_ms=1234.4,
                 state=flows_pb2.PARTITION_STATE_ERROR, worker_id="w-1",
-                error="record too large\nfor the target"),
+                error="record too large\nfor the target", copy_path="batches",
+                copy_path_reason="source batches average 300.0 records"),
             flows_pb2.PartitionStatus(
                 flow="a->b", source_topic="audit", partition=0, source_end_offset=0,
                 next_offset=0, lag_records=0, lag_ms=0,
@@ -142,13 +144,15 @@ def test_status_shows_a_summary_line_per_flow() -> None:
 def test_status_shows_partitions_sorted_with_unknown_values_as_question_marks() -> None:
     lines = format_status(status_report()).split("\n\n")[2].splitlines()
     assert columns(lines[0]) == ["FLOW", "TOPIC", "PARTITION", "WORKER", "END OFFSET",
-                                 "NEXT OFFSET", "LAG RECORDS", "LAG MS", "STATE", "ERROR"]
+                                 "NEXT OFFSET", "LAG RECORDS", "LAG MS", "STATE", "PATH",
+                                 "ERROR"]
     assert columns(lines[1]) == ["a->b", "audit", "0", "-", "0", "0", "0", "0",
-                                 "unassigned", "-"]
+                                 "unassigned", "-", "-"]
     assert columns(lines[2]) == ["a->b", "orders", "0", "w-1", "1000", "850", "150", "1234",
-                                 "error", "record too large for the target"]
+                                 "error", "batches", "record too large for the target"]
     assert columns(lines[3]) == ["a->b", "orders", "1", "w-2", "?", "40", "?", "?",
-                                 "starting", "-"]
+                                 "starting", "records: source batches average 1.0 records",
+                                 "-"]
 
 
 def test_status_without_flows() -> None:

@@ -103,7 +103,7 @@ class Acks:
         self.calls: list[tuple[int, list[int], int]] = []
 
     def __call__(self, pump: PartitionPump, delivered: Delivered) -> None:
-        self.calls.append((pump.partition, [r.offset for r in delivered.records],
+        self.calls.append((pump.partition, list(delivered.shipment.offsets()),
                            delivered.base_offset))
 
 
@@ -220,11 +220,11 @@ def test_a_failed_batch_with_a_known_target_end_is_checked_before_it_is_sent_aga
     assert pump.check_due(now=100.0) and "checking the target" in (pump.error or "")
     # The target turned out to hold 0 and 1 (at 100, 101): only 2.. is sent again.
     delivered = pump.checked(Landed(2, 100, 0), end=102, now=100.0)
-    assert delivered is not None and [r.offset for r in delivered.records] == [0, 1]
+    assert delivered is not None and list(delivered.shipment.offsets()) == [0, 1]
     assert delivered.base_offset == 100 and pump.next_offset == 2 and pump.target_end == 102
     assert pump.ready(now=100.0)
     pump.build(producer)
-    assert [r.offset for r in pump._in_flight or []] == [2, 3]  # then 4, 5: in order
+    assert list(pump.sending.offsets() if pump.sending else []) == [2, 3]  # then 4, 5: in order
 
 
 def test_a_target_that_cannot_be_read_keeps_the_records_waiting() -> None:
@@ -264,4 +264,4 @@ def test_a_target_that_answers_but_cannot_serve_the_range_is_given_up_on_loudly(
     assert pump.unverified is None and pump.target_end is None
     assert "may be on the target twice" in (pump.error or "")
     pump.build(producer)
-    assert [r.offset for r in pump._in_flight or []] == [0, 1]
+    assert list(pump.sending.offsets() if pump.sending else []) == [0, 1]

@@ -201,7 +201,7 @@ class Harness:
         return None
 
     def _ack(self, pump: PartitionPump, delivered: Delivered) -> None:
-        self.acks.append((pump.partition, [r.offset for r in delivered.records],
+        self.acks.append((pump.partition, list(delivered.shipment.offsets()),
                           delivered.base_offset))
 
     async def _recover(self, failed: Any) -> RecordingProducer:

@@ -69,6 +69,15 @@ POLICY_KEY = "replication.policy.class"
 # --------------------------------------------------------------------------- cells
 
 
+def copy_path(p: flows_pb2.PartitionStatus) -> str:
+    """How the partition is copied; why, where it is not as its batches (the default)."""
+    if not p.copy_path:
+        return NONE
+    if p.copy_path == "records" and p.copy_path_reason:
+        return f"records: {p.copy_path_reason}"
+    return p.copy_path
+
+
 def _state_name(enum: EnumDescriptor, prefix: str, value: int) -> str:
     entry = enum.values_by_number.get(value)
     return str(value) if entry is None else entry.name.removeprefix(prefix).lower()
@@ -285,11 +294,11 @@ def format_status(report: admin_pb2.StatusReport) -> str:
     if partitions:
         parts.append(render_table(
             ("FLOW", "TOPIC", "PARTITION", "WORKER", "END OFFSET", "NEXT OFFSET",
-             "LAG RECORDS", "LAG MS", "STATE", "ERROR"),
+             "LAG RECORDS", "LAG MS", "STATE", "PATH", "ERROR"),
             ((p.flow, p.source_topic, str(p.partition), p.worker_id or NONE,
               format_count(p.source_end_offset), format_count(p.next_offset),
               format_count(p.lag_records), format_millis(p.lag_ms),
-              partition_state_name(p.state), one_line(p.error))
+              partition_state_name(p.state), copy_path(p), one_line(p.error))
              for p in partitions),
             right=(2, 4, 5, 6, 7)))
     elif flows:

@@ -408,7 +408,7 @@ class Reason(Enum):
     DELETE_HORIZON = "carries the source cleaner's delete horizon"
     SOURCE_APPEND_TIME = "LogAppendTime on the source: records take the batch's timestamp"
     TARGET_APPEND_TIME = "the target topic stamps LogAppendTime"
-    TOO_LARGE = "larger than the target topic's max.message.bytes"
+    TOO_LARGE = "larger than a produce request may be (the target producer's max.request.size)"
     POLICY = "the replication policy changes records"
 
 

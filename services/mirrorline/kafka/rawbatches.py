@@ -15,8 +15,9 @@ the broker sent them, a Produce request carries the bytes it is given.
 - `init_producer_id` gets a producer id and epoch for idempotent (or, with a transactional
   id, transactional) batches.
 
-Not built yet: retries, metadata refresh on NOT_LEADER, transactions (AddPartitionsToTxn,
-EndTxn), fetch sessions. Errors name the topic, partition and Kafka's error.
+Retries, metadata refreshes after NOT_LEADER and the like are the caller's
+(`replicator/batchfetch.py`); no fetch sessions. Errors name the topic, partition and
+Kafka's error.
 """
 
 from __future__ import annotations
@@ -106,7 +107,8 @@ class RawBatches:
                     partition_max_bytes: int = 1 << 20,
                     isolation_level: int = READ_UNCOMMITTED
                     ) -> dict[TopicPartition, FetchedPartition]:
-        """Records from `positions` of every partition, as bytes, one request per leader.
+        """Records from `positions` of every partition, as bytes, one request per leader
+        (all leaders at once).
 
         A partition the leader answered with an error carries its `error_code` (the others
         are still good); `FetchedPartition.check` raises it.
@@ -114,18 +116,32 @@ class RawBatches:
         The last batch of a partition may be cut off by `partition_max_bytes` (the broker
         always returns at least one whole batch); `core.batches.split` reports it.
         """
-        by_leader: dict[int, dict[str, list[tuple[int, int, int]]]] = defaultdict(
-            lambda: defaultdict(list))
+        by_leader: dict[int, dict[TopicPartition, int]] = defaultdict(dict)
         for tp, offset in positions.items():
-            leader = await self._leader(tp)
-            by_leader[leader][tp.topic].append((tp.partition, offset, partition_max_bytes))
+            by_leader[await self._leader(tp)][tp] = offset
+        answers = await asyncio.gather(*(
+            self.fetch_from(leader, wanted, max_wait_ms=max_wait_ms, min_bytes=min_bytes,
+                            max_bytes=max_bytes, partition_max_bytes=partition_max_bytes,
+                            isolation_level=isolation_level)
+            for leader, wanted in by_leader.items()))
         out: dict[TopicPartition, FetchedPartition] = {}
-        for leader, topics in by_leader.items():
-            request = FetchRequest(max_wait_ms, min_bytes, max_bytes, isolation_level,
-                                   [(topic, parts) for topic, parts in topics.items()])
-            response: Any = await self._client.send(leader, request)
-            out.update(_fetched(response))
+        for answer in answers:
+            out.update(answer)
         return out
+
+    async def fetch_from(self, leader: int, positions: Mapping[TopicPartition, int], *,
+                         max_wait_ms: int = 100, min_bytes: int = 1,
+                         max_bytes: int = 50 << 20, partition_max_bytes: int = 1 << 20,
+                         isolation_level: int = READ_UNCOMMITTED
+                         ) -> dict[TopicPartition, FetchedPartition]:
+        """`fetch` of partitions all led by broker `leader`, in one request."""
+        topics: dict[str, list[tuple[int, int, int]]] = defaultdict(list)
+        for tp, offset in positions.items():
+            topics[tp.topic].append((tp.partition, offset, partition_max_bytes))
+        request = FetchRequest(max_wait_ms, min_bytes, max_bytes, isolation_level,
+                               list(topics.items()))
+        response: Any = await self._client.send(leader, request)
+        return _fetched(response)
 
     async def produce(self, tp: TopicPartition, batch: bytes | bytearray, *, acks: int = -1,
                       timeout_ms: int = 30_000, transactional_id: str | None = None) -> int:

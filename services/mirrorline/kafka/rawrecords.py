@@ -28,8 +28,11 @@ from typing import Any
 from aiokafka.errors import CorruptRecordException
 from aiokafka.record.control_record import ABORT_MARKER, ControlRecord
 from aiokafka.record.memory_records import MemoryRecords
+from aiokafka.structs import ConsumerRecord
 
-__all__ = ["DecodedFetch", "decode"]
+from mirrorline.core.batches import Batch
+
+__all__ = ["DecodedFetch", "decode", "decode_batch"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,3 +83,20 @@ def decode(records: bytes, position: int, *, where: str,
                 batches.append(found)
         next_offset = max(next_offset, int(batch.next_offset))
     return DecodedFetch(batches, next_offset)
+
+
+def decode_batch(batch: Batch, position: int, topic: str, partition: int
+                 ) -> list[ConsumerRecord[bytes, bytes]]:
+    """The records of one fetched batch at or past `position`, as the consumer returns
+    them: for the replicator's record path when it reads raw batches (a batch re-batched,
+    or one the target refused as it is). Checks the CRC as the consumer does."""
+    where = f"{topic}-{partition}"
+    out: list[ConsumerRecord[bytes, bytes]] = []
+    for found in decode(bytes(batch.data), position, where=where).batches:
+        for r in found:
+            key, value = r.key, r.value
+            out.append(ConsumerRecord(
+                topic, partition, r.offset, r.timestamp, r.timestamp_type, key, value,
+                r.checksum, len(key) if key is not None else -1,
+                len(value) if value is not None else -1, tuple(r.headers)))
+    return out

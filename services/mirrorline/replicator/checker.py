@@ -78,5 +78,5 @@ class TargetChecker:
             if delivered is not None:
                 log.info("%s %s-%d: %d records of a failed produce were on the target "
                          "already; not sent again", pump.flow, pump.source_topic,
-                         pump.partition, len(delivered.records))
+                         pump.partition, delivered.shipment.count)
                 self._on_ack(pump, delivered)

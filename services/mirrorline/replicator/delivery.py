@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any
 
 from aiokafka import AIOKafkaProducer, TopicPartition
@@ -33,6 +33,8 @@ OnAck = Callable[[PartitionPump, Delivered], None]
 OnFailed = Callable[[PartitionPump, BaseException], None]
 #: Called once when the oldest batch in flight has waited `stall_after_s`, with its age.
 OnStalled = Callable[[float], None]
+#: Fetches under way whose answers should wake the loop (the batch path's own fetches).
+FetchWaiters = Callable[[], Collection[asyncio.Future[Any]]]
 
 
 async def _send(producer: AIOKafkaProducer, batch: Any, pump: PartitionPump) -> Any:
@@ -46,7 +48,8 @@ class DeliveryLoop:
     def __init__(self, producer: AIOKafkaProducer, pumps: Mapping[TopicPartition, PartitionPump],
                  *, fetch: Fetch, on_ack: OnAck, on_failed: OnFailed | None = None,
                  poll_timeout_ms: int = 1000, stall_after_s: float | None = None,
-                 on_stalled: OnStalled | None = None) -> None:
+                 on_stalled: OnStalled | None = None,
+                 fetch_waiters: FetchWaiters | None = None) -> None:
         """`stall_after_s` / `on_stalled`: an idempotent aiokafka producer never expires a
         batch whose partition leader it still knows, however long the leader is
         unreachable; the batch then waits, unseen, for the whole outage. The loop says so
@@ -55,6 +58,7 @@ class DeliveryLoop:
         #: Replaced by the flow after an abort; None while no producer can send.
         self.producer: AIOKafkaProducer | None = producer
         self._on_failed = on_failed
+        self._fetch_waiters = fetch_waiters
         self._stall_after_s = stall_after_s
         self._on_stalled = on_stalled
         self._stall_said = False
@@ -77,8 +81,8 @@ class DeliveryLoop:
             # Launch first: turning freshly fetched bytes into records is the most expensive
             # step, so let batches travel while it happens rather than after it.
             await self._launch(time.monotonic())
-            busy = bool(self._in_flight) or any(p.ready(time.monotonic())
-                                                for p in self._pumps.values())
+            busy = bool(self._in_flight) or (self.producer is not None and any(
+                p.ready(time.monotonic()) for p in self._pumps.values()))
             await self._fetch(0 if busy else self._poll_timeout_ms)
             await self._launch(time.monotonic())
             producer = self.producer
@@ -110,7 +114,13 @@ class DeliveryLoop:
         """Wait for an acknowledgement, a retry deadline or a wake-up; settle what is done."""
         if not self._in_flight:
             deadline = self._next_retry()
-            if deadline is not None:
+            if self.producer is None:
+                # No producer until the flow opened a new one (it sets `wake`): nothing
+                # can be sent, so wait for it rather than spin.
+                self.wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.wake.wait(), self._poll_timeout_ms / 1000)
+            elif deadline is not None:
                 self.wake.clear()
                 timeout = max(0.0, deadline - time.monotonic())
                 with contextlib.suppress(TimeoutError):
@@ -121,7 +131,10 @@ class DeliveryLoop:
         if stall_at is not None:
             left = max(0.0, stall_at - time.monotonic())
             wait_s = left if wait_s is None else min(wait_s, left)
-        done, _ = await asyncio.wait(self._in_flight, return_when=asyncio.FIRST_COMPLETED,
+        waiting: set[asyncio.Future[Any]] = set(self._in_flight)
+        if self._fetch_waiters is not None:
+            waiting.update(self._fetch_waiters())
+        done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED,
                                      timeout=wait_s)
         self._settle(done)
         stall_at = self._stall_deadline()

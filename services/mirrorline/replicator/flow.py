@@ -19,6 +19,7 @@ import enum
 import functools
 import logging
 from collections.abc import Collection, Mapping
+from typing import Any
 
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.errors import InvalidProducerEpoch, OutOfOrderSequenceNumber, UnknownProducerId
@@ -33,13 +34,14 @@ from mirrorline.kafka.discovery import DiscoveryResult, RemoteTopic, TopicDiscov
 from mirrorline.kafka.flowclients import FlowClients
 from mirrorline.kafka.metadata import partitions_by_topic
 from mirrorline.kafka.starts import Start, StartPlanner
+from mirrorline.replicator.batchfetch import BatchFetcher
 from mirrorline.replicator.checker import TargetChecker
 from mirrorline.replicator.delivery import DeliveryLoop
 from mirrorline.replicator.exactly_once import check_exactly_once
 from mirrorline.replicator.flow_open import bootstrap_servers, open_flow
 from mirrorline.replicator.flow_status import partition_views
 from mirrorline.replicator.lag import FlowLag
-from mirrorline.replicator.pump import PartitionPump, PumpState
+from mirrorline.replicator.pump import PartitionPump
 from mirrorline.replicator.sending import abort_sends, reopen_producer, replace_transactional
 from mirrorline.replicator.traffic import FlowTraffic
 from mirrorline.replicator.transactional import (
@@ -92,7 +94,8 @@ class FlowReplicator:
         self._pump_metrics: dict[TopicPartition, PartitionMetrics] = {}
         self._traffic = FlowTraffic(flow.name, self._pumps, self._pump_metrics,
                                     metrics=metrics, tracer=tracer, backoff=self._backoff)
-        self._lag = FlowLag(flow.name, self._pumps, lambda: self._traffic.consumer)
+        self._lag = FlowLag(flow.name, self._pumps, lambda: self._traffic.consumer,
+                            self._traffic.highwater)
         self._saved: dict[tuple[str, int], int] = {}
         #: Source topics whose partitions were let go because the topic vanished: if it
         #: comes back it was recreated, and is copied from its start.
@@ -164,7 +167,7 @@ class FlowReplicator:
                 poll_timeout_ms=self.flow.consumer_poll_timeout_ms,
                 stall_after_s=(pkw.get("request_timeout_ms", DEFAULT_REQUEST_TIMEOUT_MS) / 1000
                                if pkw.get("enable_idempotence") else None),
-                on_stalled=self._send_stalled)
+                on_stalled=self._send_stalled, fetch_waiters=self._fetch_waiters)
         self._tasks.append(asyncio.create_task(self._delivery.run(), name=f"{self.name} copy"))
         self._tasks.append(asyncio.create_task(checker.run(), name=f"{self.name} check"))
         self._tasks.append(asyncio.create_task(traffic.watch(
@@ -187,6 +190,17 @@ class FlowReplicator:
         self._planner_of_starts, self._discovery = opened.starts, opened.discovery
         self._txn_books = opened.txn_books
         self._lag.open(clients.source_consumer_kwargs)
+        if self.flow.batch_path != "off":
+            self._traffic.fetcher = BatchFetcher(
+                self.name, clients.consumer._client, self._pumps, mode=self.flow.batch_path,
+                consumer_kwargs=clients.source_consumer_kwargs,
+                max_request_size=int(clients.producer_kwargs.get("max_request_size",
+                                                                 1048576)),
+                backoff=self._backoff)
+
+    def _fetch_waiters(self) -> list[asyncio.Future[Any]]:
+        fetcher = self._traffic.fetcher
+        return fetcher.waiters() if fetcher is not None else []
 
     async def stop(self) -> None:
         """Finish batches in flight, persist progress and offset syncs, close clients."""
@@ -278,6 +292,9 @@ class FlowReplicator:
 
     async def _close_clients(self) -> None:
         await self._lag.close()
+        fetcher, self._traffic.fetcher = self._traffic.fetcher, None
+        if fetcher is not None:
+            await fetcher.close()
         if self._clients is not None:
             await self._clients.close()
         self._clients = None
@@ -328,29 +345,23 @@ class FlowReplicator:
 
     def pause(self) -> None:
         self.paused = True
-        consumer = self._traffic.consumer
         for pump in self._pumps.values():
             pump.pause()
-        if consumer is not None and self._pumps:
-            consumer.pause(*self._pumps)
+        if self._pumps:
+            self._traffic.pause(self._pumps)
         if self.state is FlowState.RUNNING:
             self.state = FlowState.PAUSED
 
     def resume(self) -> None:
         self.paused = False
-        consumer = self._traffic.consumer
-        for tp, pump in self._pumps.items():
+        for pump in self._pumps.values():
             pump.resume()
-            if consumer is not None:
-                consumer.seek(tp, pump.fetch_position)
-        if consumer is not None and self._pumps:
-            consumer.resume(*(tp for tp in self._pumps if tp not in self._traffic.throttled))
+        if self._pumps:
+            self._traffic.resume(self._pumps)
         if self.state is FlowState.PAUSED:
             self.state = FlowState.RUNNING
 
     async def _reassign(self, wanted: Mapping[TopicPartition, str]) -> None:
-        consumer = self._traffic.consumer
-        assert consumer is not None
         removed = [tp for tp in self._pumps if tp not in wanted]
         added = [tp for tp in wanted if tp not in self._pumps]
         if not removed and not added:
@@ -368,14 +379,7 @@ class FlowReplicator:
             self._add_pump(tp, wanted[tp], starts[tp])
             if self.paused:
                 self._pumps[tp].pause()
-        consumer.assign(list(self._pumps))
-        for tp, pump in self._pumps.items():
-            consumer.seek(tp, pump.fetch_position)
-            if pump.state is not PumpState.RUNNING:
-                consumer.pause(tp)
-        for tp in self._traffic.throttled:
-            if tp in self._pumps:
-                consumer.pause(tp)
+        self._traffic.assign()
         if added:
             log.info("%s: now replicating %d partitions (+%d, -%d)", self.name,
                      len(self._pumps), len(added), len(removed))
@@ -458,6 +462,8 @@ class FlowReplicator:
         self._saved[(tp.topic, tp.partition)] = pump.next_offset
         self._pump_metrics.pop(tp, None)
         self._traffic.throttled.discard(tp)
+        if self._traffic.fetcher is not None:
+            self._traffic.fetcher.forget(tp)
         if self._traffic.books is not None:
             self._traffic.books.released(tp.topic, tp.partition, pump.next_offset)
         self._metrics.forget(self.flow.source, self.flow.target, pump.target_topic, tp.partition)

@@ -43,5 +43,6 @@ def partition_views(flow: str, worker_id: str, pumps: Mapping[TopicPartition, Pa
             state=_PARTITION_STATES[pump.state], error=pump.error or pump.notice or "",
             records_replicated=pump.records_replicated, worker_id=worker_id,
             records_per_second=metrics.records.rate(now, of_count=True) if metrics else 0.0,
-            bytes_per_second=metrics.value_bytes.rate(now) if metrics else 0.0))
+            bytes_per_second=metrics.value_bytes.rate(now) if metrics else 0.0,
+            copy_path=pump.copy_path, copy_path_reason=pump.copy_path_reason))
     return views

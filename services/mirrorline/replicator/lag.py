@@ -39,11 +39,14 @@ MAX_READS = 256
 
 class FlowLag:
     def __init__(self, name: str, pumps: Mapping[TopicPartition, PartitionPump],
-                 consumer: Callable[[], AIOKafkaConsumer | None]) -> None:
+                 consumer: Callable[[], AIOKafkaConsumer | None],
+                 highwater: Callable[[TopicPartition], int | None]) -> None:
+        """`highwater`: the high watermark the flow's latest fetch answer gave."""
         self.name = name
         self.book: LagBook[TopicPartition] = LagBook()
         self._pumps = pumps
         self._consumer = consumer
+        self._highwater = highwater
         self._oldest: OldestRecords | None = None
         self._wake = asyncio.Event()
         self._failing = False
@@ -81,8 +84,7 @@ class FlowLag:
         return None if lag.ms < 0 else lag.ms
 
     def _high(self, tp: TopicPartition) -> int | None:
-        consumer = self._consumer()
-        return consumer.highwater(tp) if consumer is not None else None
+        return self._highwater(tp)
 
     async def run(self, stopping: Callable[[], bool]) -> None:
         while not stopping():
@@ -111,7 +113,7 @@ class FlowLag:
         ends = await asyncio.wait_for(consumer.end_offsets(list(positions)),
                                       MEASURE_TIMEOUT_S)
         self.book.saw_ends({tp: int(end) for tp, end in ends.items() if tp in self._pumps})
-        highs = {tp: high for tp in positions if (high := consumer.highwater(tp)) is not None}
+        highs = {tp: high for tp in positions if (high := self._highwater(tp)) is not None}
         wanted = self.book.stamps_wanted(positions, highs, limit=MAX_READS)
         if wanted and self._oldest is not None:
             oldest = await self._oldest.timestamps(wanted)

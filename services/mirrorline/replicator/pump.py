@@ -1,6 +1,8 @@
 """The state of one source partition being copied to the same partition of its remote topic.
 
-A pump holds the fetched records not yet delivered and at most one batch in flight, so
+A pump holds what was fetched and not yet delivered -- record lists, and source batches
+the batch path forwards as they are (`shipment.SourceBatch`) -- and at most one batch in
+flight, so
 a batch the target rejects can never be overtaken by the next one (aiokafka would
 otherwise send the following batch as soon as the failed one is unmuted). It does no
 I/O and owns no task: `mirrorline.replicator.delivery` drives every pump of a flow in
@@ -39,7 +41,9 @@ from aiokafka.errors import (
 from mirrorline.core.backoff import Backoff
 from mirrorline.core.rejects import rejected_record
 from mirrorline.core.tail_match import Landed
+from mirrorline.kafka.batchbuilder import SourceBatchBuilder
 from mirrorline.kafka.records import Record
+from mirrorline.replicator.shipment import Shipment, SourceBatch
 
 log = logging.getLogger(__name__)
 
@@ -76,11 +80,15 @@ class PumpState(enum.Enum):
     STOPPED = "stopped"
 
 
+#: What waits in a pump: records to batch, or a source batch to forward as it is.
+Chunk = list[Record] | SourceBatch
+
+
 @dataclass(frozen=True)
 class Delivered:
-    """Records the target acknowledged, and where the first one landed."""
+    """What the target acknowledged, and where its first record landed."""
 
-    records: Sequence[Record]
+    shipment: Shipment
     base_offset: int
     sent_ns: int
     #: Where this pump's acknowledged stretch went on from (its `next_offset` before): the
@@ -108,14 +116,18 @@ class PartitionPump:
         #: Source records removed before they could be copied (a gap on the target).
         self.records_lost = 0
         self.last_ack_record_ts: int | None = None
+        #: How this partition's records are copied ("batches" or "records") and why, as
+        #: decided for its latest fetch (`PartitionStatus.copy_path`).
+        self.copy_path = "records"
+        self.copy_path_reason = ""
         self._backoff = backoff or Backoff()
-        self._backlog: deque[list[Record]] = deque()
+        self._backlog: deque[Chunk] = deque()
         #: Exact record lists to send next, in order (retries and halves of a split batch).
         self._forced: deque[list[Record]] = deque()
-        self._in_flight: list[Record] | None = None
+        self._in_flight: Shipment | None = None
         self._sent_ns = 0
-        #: The next batch, built while the current one travels (records, producer batch).
-        self._prepared: tuple[list[Record], Any] | None = None
+        #: The next batch, built while the current one travels (shipment, producer batch).
+        self._prepared: tuple[Shipment, Any] | None = None
         self._attempt = 0
         self._retry_at = 0.0
         #: One past this partition's last copy on the target, when known.
@@ -142,6 +154,14 @@ class PartitionPump:
         self._backlog.append(records)
         self.fetch_position = records[-1].offset + 1
 
+    def offer_fetch(self, chunks: Sequence[Chunk], next_offset: int) -> None:
+        """Queue what one raw fetch from `fetch_position` brought (already cut at that
+        position), and continue fetching at `next_offset` (past batches left out)."""
+        if self.state is not PumpState.RUNNING:
+            return
+        self._backlog.extend(chunks)
+        self.fetch_position = max(self.fetch_position, next_offset)
+
     @property
     def backlog_chunks(self) -> int:
         return len(self._backlog) + len(self._forced) + (self._prepared is not None)
@@ -151,8 +171,8 @@ class PartitionPump:
         return self._in_flight is not None
 
     @property
-    def sending(self) -> Sequence[Record] | None:
-        """The records of the batch in flight."""
+    def sending(self) -> Shipment | None:
+        """What the batch in flight carries."""
         return self._in_flight
 
     @property
@@ -231,25 +251,37 @@ class PartitionPump:
     def build(self, producer: Any) -> Any:
         """The next produce batch; it is in flight until `acknowledged`/`failed`."""
         if self._prepared is not None:
-            records, batch = self._prepared
+            shipment, batch = self._prepared
             self._prepared = None
         else:
-            records, batch = self._fill(producer)
-        self._in_flight = records
+            shipment, batch = self._fill(producer)
+        self._in_flight = shipment
         self._sent_ns = time.time_ns()
         return batch
 
-    def _fill(self, producer: Any) -> tuple[list[Record], Any]:
+    def _fill(self, producer: Any) -> tuple[Shipment, Any]:
+        if not self._forced and self._backlog and isinstance(self._backlog[0], SourceBatch):
+            source = self._backlog.popleft()
+            assert isinstance(source, SourceBatch)
+            return (Shipment(batch=source),
+                    SourceBatchBuilder(source.batch, transactional=self.transactional))
         batch = producer.create_batch()
         append = batch.append
         if self._forced:
             records = self._forced.popleft()
-            for r in records:
-                append(timestamp=r.timestamp, key=r.key, value=r.value, headers=list(r.headers))
+            for i, r in enumerate(records):
+                if append(timestamp=r.timestamp, key=r.key, value=r.value,
+                          headers=list(r.headers)) is None and i:
+                    # More than a batch holds (a decoded source batch): the rest goes next.
+                    self._forced.appendleft(records[i:])
+                    records = records[:i]
+                    break
         else:
             records = []
             while self._backlog:
                 chunk = self._backlog[0]
+                if isinstance(chunk, SourceBatch):
+                    break  # it goes as it is, in a produce of its own
                 n = 0
                 for r in chunk:
                     if append(timestamp=r.timestamp, key=r.key, value=r.value,
@@ -270,15 +302,16 @@ class PartitionPump:
                 # aiokafka always takes a first record into an empty batch; should it ever
                 # refuse, send that record alone (the broker's verdict then names it).
                 chunk = self._backlog.popleft()
+                assert not isinstance(chunk, SourceBatch)
                 if len(chunk) > 1:
                     self._backlog.appendleft(chunk[1:])
                 self._forced.appendleft(chunk[:1])
                 return self._fill(producer)
-        return records, batch
+        return Shipment(records=records), batch
 
     def acknowledged(self, base_offset: int) -> Delivered:
-        records = self._in_flight
-        assert records is not None, "acknowledged() without a batch in flight"
+        shipment = self._in_flight
+        assert shipment is not None, "acknowledged() without a batch in flight"
         if (self.target_end is not None and base_offset > self.target_end
                 and not self.transactional):
             # Only this pump writes here, in order: anything in between is a produce the
@@ -294,23 +327,52 @@ class PartitionPump:
         self._attempt = 0
         self.error = None
         covered_from = self.next_offset
-        self.next_offset = records[-1].offset + 1
-        self.target_end = base_offset + len(records)
-        self.records_replicated += len(records)
-        self.last_ack_record_ts = records[-1].timestamp
-        return Delivered(records, base_offset, self._sent_ns, covered_from)
+        self.next_offset = shipment.next_offset
+        self.target_end = base_offset + shipment.count
+        self.records_replicated += shipment.count
+        self.last_ack_record_ts = shipment.last_timestamp
+        return Delivered(shipment, base_offset, self._sent_ns, covered_from)
+
+    def _unprepare(self) -> None:
+        """Put the batch built in advance back in front of its queue: it must not
+        overtake the batch in flight, which is being settled."""
+        if self._prepared is not None:
+            shipment = self._prepared[0]
+            self._prepared = None
+            if shipment.batch is not None:
+                self._backlog.appendleft(shipment.batch)
+            else:
+                assert shipment.records is not None
+                self._forced.appendleft(list(shipment.records))
+
+    def _settled_records(self) -> list[Record] | None:
+        """The records of the batch in flight, now settled as not delivered; a source batch
+        is decoded (it is checked and sent again as records). None: it cannot be decoded,
+        and the partition stopped, saying why."""
+        shipment = self._in_flight
+        assert shipment is not None, "no batch in flight"
+        self._in_flight = None
+        try:
+            return shipment.as_records()
+        except Exception as exc:
+            self.fail(self._where(shipment.first_offset,
+                                  f"the source batch cannot be decoded: {exc!r}"))
+            return None
 
     def failed(self, exc: BaseException, now: float) -> None:
         """Settle a batch the producer could not deliver."""
-        records = self._in_flight
-        assert records is not None, "failed() without a batch in flight"
-        self._in_flight = None
         if self.state is not PumpState.RUNNING:
+            self._in_flight = None
             return  # stopping or stopped: whoever resumes fetches these again
-        if self._prepared is not None:  # it must not overtake the failed records
-            self._forced.appendleft(self._prepared[0])
-            self._prepared = None
+        self._unprepare()
+        whole_batch = self._in_flight is not None and self._in_flight.batch is not None
+        records = self._settled_records()
+        if records is None:
+            return
         if isinstance(exc, RECORD_REJECTED):
+            if whole_batch:  # refused as it is (too large for the target): re-batch it
+                self._forced.appendleft(records)
+                return
             if len(records) == 1:
                 self.fail(self._where(records[0].offset, f"target rejected the record: {exc!r}"))
                 return
@@ -339,14 +401,13 @@ class PartitionPump:
         read_committed readers never see its copies and progress did not move, so the
         same records are sent again, in a new transaction, after a backoff -- unchecked,
         because the aborted copies on the target do not count."""
-        records = self._in_flight
-        assert records is not None, "rolled_back() without a batch in flight"
-        self._in_flight = None
         if self.state is not PumpState.RUNNING:
+            self._in_flight = None
             return
-        if self._prepared is not None:
-            self._forced.appendleft(self._prepared[0])
-            self._prepared = None
+        self._unprepare()
+        records = self._settled_records()
+        if records is None:
+            return
         self._forced.appendleft(records)
         delay = self._backoff.delay(self._attempt)
         self._attempt += 1
@@ -384,7 +445,7 @@ class PartitionPump:
             self.target_end = end
             return None
         assert landed.base is not None
-        self._in_flight = records[:count]
+        self._in_flight = Shipment(records=records[:count])
         self.target_end = None  # the copies found decide, not the end known before
         delivered = self.acknowledged(landed.base)
         self.target_end = end

@@ -9,7 +9,7 @@ continuing would silently skip whatever is written there next.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
@@ -37,7 +37,8 @@ async def out_of_range(consumer: AIOKafkaConsumer, pumps: Mapping[TopicPartition
                                     "retention or DeleteRecords before they could be "
                                     "copied", lost)
             lost_by[tp] = lost
-            consumer.seek(tp, begin[tp])
+            if tp in consumer.assignment():  # the batch path fetches from the pump's position
+                consumer.seek(tp, begin[tp])
             if progress is not None:
                 progress.save(tp.topic, tp.partition, begin[tp])
         else:
@@ -50,12 +51,13 @@ def truncated(consumer: AIOKafkaConsumer | None, tp: TopicPartition, pump: Parti
     pump.fail(f"source log end offset {end} is below the next offset to copy "
               f"{pump.fetch_position}: the source partition was truncated or recreated; "
               "records beyond its end would be skipped silently")
-    if consumer is not None:
+    if consumer is not None and tp in consumer.assignment():
         consumer.pause(tp)
 
 
 async def check_truncation(consumer: AIOKafkaConsumer,
-                           pumps: Mapping[TopicPartition, PartitionPump]) -> None:
+                           pumps: Mapping[TopicPartition, PartitionPump],
+                           highwater: Callable[[TopicPartition], int | None]) -> None:
     """Stop every running partition whose source log end fell below its fetch position.
 
     A consumer only notices that when it fetches at an offset past the end, which may
@@ -65,7 +67,7 @@ async def check_truncation(consumer: AIOKafkaConsumer,
     a partition nobody truncated): a suspect is confirmed with the leader's own log end
     (ListOffsets) before it is stopped, and left running when the leader cannot answer.
     """
-    suspects = [tp for tp, pump in pumps.items() if _behind(consumer.highwater(tp), pump)]
+    suspects = [tp for tp, pump in pumps.items() if _behind(highwater(tp), pump)]
     if not suspects:
         return
     try:

@@ -4,7 +4,8 @@ Kept out of the flow's control logic so that what a trace backend shows of repli
 span names, OpenTelemetry messaging attributes, links to the records' own traces -- is
 stated in one place. A `produce` span starts when the batch was sent and ends when the
 target acknowledged it, and links to the trace context of every record that carries one
-(`mirrorline.telemetry.links`).
+(`mirrorline.telemetry.links`) -- on the record path: a batch copied as it is is never
+decoded, so its span says `mirrorline.copy.path = batches` and carries no links.
 """
 
 from __future__ import annotations
@@ -29,12 +30,14 @@ def trace_fetch(tracer: Tracer, flow: str, started_ns: int, count: int,
 def trace_produce(tracer: Tracer, flow: str, pump: PartitionPump,
                   delivered: Delivered) -> None:
     """A batch the target acknowledged, from its send to now."""
-    records = delivered.records
+    shipment = delivered.shipment
     span = tracer.start_span("produce", start_time=delivered.sent_ns, attributes={
         "mirrorline.flow": flow, "messaging.destination.name": pump.target_topic,
         "messaging.destination.partition.id": str(pump.partition),
-        "messaging.batch.message_count": len(records),
-        "mirrorline.source.offset": records[0].offset,
-        "mirrorline.target.offset": delivered.base_offset})
-    link_records(span, records)
+        "messaging.batch.message_count": shipment.count,
+        "mirrorline.source.offset": shipment.first_offset,
+        "mirrorline.target.offset": delivered.base_offset,
+        "mirrorline.copy.path": "records" if shipment.batch is None else "batches"})
+    if shipment.records is not None:  # a batch copied as it is was never decoded
+        link_records(span, shipment.records)
     span.end()

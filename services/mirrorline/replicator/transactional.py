@@ -86,12 +86,12 @@ class RoundBooks:
         extras: list[Extra] = []
         topic = progress_topic(self.source_alias)
         for pump, base in sent:
-            records = pump.sending
-            assert records is not None
+            shipment = pump.sending
+            assert shipment is not None
             extras.append((topic, None, source_offset_key(self.source_alias, pump.source_topic,
                                                           pump.partition),
-                           encode_offset(records[-1].offset)))
-            offsets = [r.offset for r in records]
+                           encode_offset(shipment.last_offset)))
+            offsets = shipment.offsets()
             message = offset_map_pb2.OffsetMapRecord(topic=pump.source_topic,
                                                      partition=pump.partition)
             start = 0
@@ -241,9 +241,9 @@ class TransactionalDelivery(DeliveryLoop):
         bases = {id(pump): base for pump, base in sent}
         now = time.monotonic()
         for pump in pumps:
-            records = pump.sending
-            assert records is not None
-            if landed.get((pump.source_topic, pump.partition), -1) > records[-1].offset:
+            shipment = pump.sending
+            assert shipment is not None
+            if landed.get((pump.source_topic, pump.partition), -1) > shipment.last_offset:
                 # The commit went through although the client saw an error.
                 self._on_ack(pump, pump.acknowledged(bases[id(pump)]))
             elif ambiguous and external:

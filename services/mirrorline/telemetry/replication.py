@@ -120,6 +120,34 @@ class ReplicationMetrics:
                              minimum=0, maximum=0, last=0)
         self._byte_count.add(nbytes, m.attributes)
 
+    def fetched_batch(self, m: PartitionMetrics, count: int, nbytes: int, min_ts: int,
+                      max_ts: int) -> None:
+        """At fetch time, a source batch the batch path copies without decoding: its header
+        gives the record count and first and newest timestamps (the mean age is taken
+        between them), its size the bytes (the records section as sent, compressed where
+        the source compressed it)."""
+        now_ms = self._clock() * 1000.0
+        m.record_age.record(now_ms / 1000.0, count=count,
+                            total=(now_ms - (min_ts + max_ts) / 2.0) * count,
+                            minimum=now_ms - max_ts, maximum=now_ms - min_ts,
+                            last=now_ms - max_ts)
+        m.value_bytes.record(now_ms / 1000.0, count=count, total=nbytes, minimum=0,
+                             maximum=0, last=0)
+        self._byte_count.add(nbytes, m.attributes)
+
+    def acknowledged_batch(self, m: PartitionMetrics, count: int, min_ts: int,
+                           max_ts: int) -> None:
+        """After the target's ack of a source batch copied as it is: count and end-to-end
+        latency, from its header's timestamps."""
+        now_ms = self._clock() * 1000.0
+        m.latency.record(now_ms / 1000.0, count=count,
+                         total=(now_ms - (min_ts + max_ts) / 2.0) * count,
+                         minimum=now_ms - max_ts, maximum=now_ms - min_ts,
+                         last=now_ms - max_ts)
+        m.records.record(now_ms / 1000.0, count=count, total=count, minimum=0, maximum=0,
+                         last=0)
+        self._record_count.add(count, m.attributes)
+
     def acknowledged_summary(self, m: PartitionMetrics, count: int, value_bytes: int,
                              min_ts: int, max_ts: int, last_ts: int, *,
                              fetched_ms: float = -1.0) -> None:
