@@ -2,7 +2,14 @@
 
 A separate OS process with a generated MM2 properties file (identity policy, so the
 remote topic is the harness's pre-created target topic), doing everything it does in
-production: progress records, offset syncs, metrics, health.
+production: progress records, offset syncs, metrics, health. Two contenders in one run:
+`make("on")` copies the source's record batches as they are wherever the target takes
+them (`mirrorline.batch.path = on`, docs/batch-path.md), `make("off")` decodes and
+re-batches every record (the record path). On a compressed source topic the target's
+producer compresses with the source's codec (`<target>.producer.compression.type`), as an
+operator mirroring such a topic would set it: the record path compresses again what it
+re-batches; the batch path keeps the source's compressed batches and uses the setting
+only for batches it sends the record path's way.
 """
 
 from __future__ import annotations
@@ -12,25 +19,37 @@ import contextlib
 import signal
 import sys
 import time
+from typing import Literal
 
-from bench.common import BenchEnv, ProcessCost
+from bench.common import BenchEnv, Contender, ProcessCost
 
 
-def config(env: BenchEnv) -> str:
+def config(env: BenchEnv, batch_path: Literal["auto", "on", "off"] = "auto") -> str:
+    flow = f"{env.source_alias}->{env.target_alias}"
     return "\n".join([
         f"clusters = {env.source_alias}, {env.target_alias}",
         f"{env.source_alias}.bootstrap.servers = {env.source_bootstrap}",
         f"{env.target_alias}.bootstrap.servers = {env.target_bootstrap}",
-        f"{env.source_alias}->{env.target_alias}.enabled = true",
-        f"{env.source_alias}->{env.target_alias}.topics = {env.source_topic}",
+        f"{flow}.enabled = true",
+        f"{flow}.topics = {env.source_topic}",
+        f"{flow}.mirrorline.batch.path = {batch_path}",
+        *([f"{env.target_alias}.producer.compression.type = {env.codec}"]
+          if env.codec != "none" else []),
         "replication.policy.class = IdentityReplicationPolicy",
         "",
     ])
 
 
-async def run(env: BenchEnv) -> float:
+def make(batch_path: Literal["auto", "on", "off"]) -> Contender:
+    """The replicator with `mirrorline.batch.path = batch_path`."""
+    async def contender(env: BenchEnv) -> float:
+        return await run(env, batch_path)
+    return contender
+
+
+async def run(env: BenchEnv, batch_path: Literal["auto", "on", "off"] = "auto") -> float:
     path = env.workdir / "mm2.properties"
-    await asyncio.to_thread(path.write_text, config(env))
+    await asyncio.to_thread(path.write_text, config(env, batch_path))
     log = await asyncio.to_thread(open, env.workdir / "replicator.log", "wb")
     started = time.perf_counter()
     proc = await asyncio.create_subprocess_exec(
