@@ -87,6 +87,8 @@ startups: dict[str, list[float]] = {}
 usages: dict[str, list[Usage]] = {}
 #: The target-batch check of each contender's last run in the current scenario.
 checks: dict[str, batchcheck.BatchCheck] = {}
+#: What the replicator's status said of its copy path in its last run in the scenario.
+paths: dict[str, str] = {}
 
 
 @dataclass(frozen=True)
@@ -109,6 +111,7 @@ class Result:
     startup: float | None = None  # median seconds from launch to the first record
     usage: Usage | None = None  # field by field, the median over runs (peak RSS: the largest)
     check: batchcheck.BatchCheck | None = None  # the target's batches, last run
+    copy_path: str | None = None  # the replicator's status of its partitions, last run
 
     @property
     def cpu_seconds(self) -> float | None:
@@ -223,6 +226,9 @@ async def run_once(
         print(f"  {name}: {seconds:.2f}s, {scenario.records / seconds:,.0f} records/s{start}; "
               f"{_usage_line(env.usage[-1], scenario.records)}; target: {check.describe()}",
               flush=True)
+        if env.copy_paths:
+            print(f"  {name}'s status: {env.copy_paths[-1]}", flush=True)
+            paths[name] = env.copy_paths[-1]
         if name == BATCH_PATH and not check.all_verbatim:
             print(f"  note: {check.compared - check.verbatim} of {check.compared} target "
                   f"batches looked at are not the source's: {name} did not copy them as "
@@ -421,11 +427,12 @@ async def bench(args: argparse.Namespace) -> tuple[list[Result], list[LatencyRes
                                   statistics.median(startups[name]) if startups.get(name)
                                   else None,
                                   median_usage(usages[name]) if usages.get(name) else None,
-                                  checks.get(name))
+                                  checks.get(name), paths.get(name))
                            for name, runs in times.items() if runs)
             startups.clear()
             usages.clear()
             checks.clear()
+            paths.clear()
         if not args.no_latency:
             print(f"steady rate: {args.rate:,.0f} records/s of {args.size or 100} B over "
                   f"{args.partitions} partitions for {args.duration:g}s", flush=True)
@@ -545,7 +552,12 @@ def print_table(results: list[Result]) -> None:
         print("start-up, from launch to the first record on the target (not timed above):")
         for r in startups:
             print(f"  {r.scenario.label}  {r.contender}: {r.startup:.1f}s")
-    priced = [r for r in results if r.peak_rss is not None]
+    said = [r for r in results if r.copy_path is not None]
+    if said:
+        print("copy path, as the replicator's status gave it for the partitions (last run):")
+        for r in said:
+            print(f"  {r.scenario.label}  {r.contender}: {r.copy_path}")
+    priced = [r for r in results if r.peak_rss]
     if priced:
         print("peak resident memory of the contender's own processes (VmHWM, largest run):")
         for r in priced:

@@ -14,6 +14,7 @@ import asyncio
 import base64
 import os
 import random
+import socket
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -67,6 +68,8 @@ class BenchEnv:
     codec: str = "none"
     #: Every broker process of both clusters, whose CPU is read over the timed window.
     broker_pids: tuple[int, ...] = ()
+    #: Filled by a Mirrorline replicator run: the copy path its status gave the partitions.
+    copy_paths: list[str] = field(default_factory=list)
     #: True in a steady-rate run: the source keeps growing while the contender runs, so
     #: a contender must keep following it rather than stop at the end it first sees.
     follow: bool = False
@@ -110,7 +113,7 @@ class BenchEnv:
             assert first is not None and at_first is not None
             self.startup.append(first - started)
             seconds = time.perf_counter() - first
-            used = cpu.Sample.take(groups()).since(at_first)
+            used = cpu.used(at_first, cpu.Sample.take(groups()))
             mine, brokers, bench = used.groups
             self.usage.append(Usage(
                 seconds=seconds, contender=mine if cost is not None else None,
@@ -146,6 +149,14 @@ class BenchEnv:
 Contender = Callable[[BenchEnv], Awaitable[float]]
 
 
+def free_port() -> int:
+    """A loopback TCP port free right now, for a contender's gRPC server."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
 class ProcessCost:
     """A contender's own processes, and by default what they started, for the cost figures.
 
@@ -153,14 +164,16 @@ class ProcessCost:
     process (the raw loop), whose children are the brokers and the other contenders.
     """
 
-    def __init__(self, pids: Sequence[int] = (), *, children: bool = True) -> None:
+    def __init__(self, pids: Sequence[int] = (), *, children: bool = True,
+                 reaped_here: bool = False) -> None:
         #: May grow while the contender starts its processes (kcat's pipes).
         self.pids = list(pids)
         self.children = children
+        self.reaped_here = reaped_here
 
     @property
     def group(self) -> cpu.Group:
-        return cpu.Group(tuple(self.pids), self.children)
+        return cpu.Group(tuple(self.pids), self.children, self.reaped_here)
 
     def peak_rss(self) -> int:
         """The sum of the processes' peak resident set sizes (VmHWM), in bytes."""

@@ -99,30 +99,64 @@ class Group:
 
     `children`: count what they started too (a contender's helpers, Spark's JVM and
     Python workers); off for the bench's own process, whose children are the brokers.
+    `reaped_here`: the processes are the bench process's own children and may end within
+    the window (kcat's pipes end at the partition's end). An ended process's stat is gone
+    once it is waited for, and its time moves into the bench process's `cutime + cstime`;
+    so the group's time is what its living processes used since the first sample, plus
+    what the bench process's waited-for children gained, minus what those that ended had
+    used before the first sample. Right only while no other child of the bench process
+    ends within the window (the brokers and the other contenders live on).
     """
 
     pids: tuple[int, ...]
     children: bool = True
+    reaped_here: bool = False
 
 
 @dataclass(frozen=True)
 class Sample:
-    """CPU seconds so far of each group, and the machine's busy and total CPU seconds."""
+    """CPU ticks so far of each group's processes (per process), of the bench process's
+    waited-for children, and of the machine (busy, total)."""
+
+    groups: tuple[Group, ...]
+    ticks: tuple[dict[int, int], ...]
+    reaped: int
+    busy: int
+    total: int
+
+    @staticmethod
+    def take(groups: Iterable[Group]) -> Sample:
+        table = process_table()
+        groups = tuple(groups)
+        busy, total = machine_ticks()
+        me = table.get(os.getpid())
+        return Sample(
+            groups,
+            tuple({pid: tree_ticks(table, (pid,), children=g.children)
+                   for pid in g.pids if pid in table} for g in groups),
+            me.children if me is not None else 0, busy, total)
+
+
+@dataclass(frozen=True)
+class Used:
+    """CPU seconds each group, and the machine, used between two samples."""
 
     groups: tuple[float, ...]
     busy: float
     total: float
 
-    @staticmethod
-    def take(groups: Iterable[Group]) -> Sample:
-        table = process_table()
-        busy, total = machine_ticks()
-        return Sample(tuple(tree_ticks(table, g.pids, children=g.children) / TICK
-                            for g in groups), busy / TICK, total / TICK)
 
-    def since(self, earlier: Sample) -> Sample:
-        return Sample(tuple(a - b for a, b in zip(self.groups, earlier.groups, strict=True)),
-                      self.busy - earlier.busy, self.total - earlier.total)
+def used(start: Sample, end: Sample) -> Used:
+    """What was used from `start` to `end` (taken with the same groups, which may have
+    gained processes meanwhile)."""
+    out: list[float] = []
+    for group, before, after in zip(end.groups, start.ticks, end.ticks, strict=True):
+        ticks = sum(t - before.get(pid, 0) for pid, t in after.items())
+        if group.reaped_here:
+            ticks += end.reaped - start.reaped
+            ticks -= sum(t for pid, t in before.items() if pid not in after)
+        out.append(ticks / TICK)
+    return Used(tuple(out), (end.busy - start.busy) / TICK, (end.total - start.total) / TICK)
 
 
 def peak_rss(pids: Iterable[int]) -> int:

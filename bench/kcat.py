@@ -36,7 +36,7 @@ async def run(env: BenchEnv) -> float:
     proc_env["LD_LIBRARY_PATH"] = ":".join(
         filter(None, [str(libdir), os.environ.get("LD_LIBRARY_PATH")]))
     started = time.perf_counter()
-    cost = ProcessCost()
+    cost = ProcessCost(reaped_here=True)  # the consumers end at the partition's end
     pipes = [asyncio.ensure_future(_pipe(kcat, env, p, proc_env, cost.pids))
              for p in range(env.partitions)]
     try:

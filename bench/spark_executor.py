@@ -12,19 +12,11 @@ import asyncio
 import contextlib
 import secrets
 import signal
-import socket
 import sys
 import time
 from typing import Any
 
-from bench.common import BenchEnv, Contender, ContenderUnavailable, ProcessCost
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+from bench.common import BenchEnv, Contender, ContenderUnavailable, ProcessCost, free_port
 
 
 def config(env: BenchEnv) -> str:
@@ -62,7 +54,7 @@ def make(master: str, conf: tuple[str, ...] = ()) -> Contender:
             log = await asyncio.to_thread(open, env.workdir / f"{name}.log", "wb")
             proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "mirrorline", *args, "--config", str(path),
-                "--grpc-port", str(_free_port()), "--metrics-port", "-1",
+                "--grpc-port", str(free_port()), "--metrics-port", "-1",
                 stdout=log, stderr=log)
             procs.append((proc, log))
         waiters = [asyncio.ensure_future(p.wait()) for p, _ in procs]
