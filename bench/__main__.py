@@ -35,6 +35,7 @@ from pathlib import Path
 from bench import (
     audit,
     batchcheck,
+    cpu,
     kcat,
     latency,
     mirrorline_replicator,
@@ -473,10 +474,14 @@ def median_usage(runs: list[Usage]) -> Usage:
 def _usage_line(u: Usage, records: int) -> str:
     mine = f"{u.contender / records * 1e6:.1f} CPU s per million records, " \
         if u.contender is not None else ""
+    coarse = (f" (a window of {u.seconds:.2f}s: CPU is counted in ticks of "
+              f"{1000 / cpu.TICK:g} ms, too coarse for it)" if u.seconds < COARSE_S else "")
     return (f"{mine}brokers {u.brokers / records * 1e6:.1f}; machine "
-            f"{u.busy / u.seconds:.2f} of {u.capacity / u.seconds:.2f} cores busy")
+            f"{u.busy / u.seconds:.2f} of {u.capacity / u.seconds:.2f} cores busy{coarse}")
 
 
+#: A timed window shorter than this gives CPU figures a run's reader should not trust.
+COARSE_S = 1.0
 #: A core counts as fully used from this share on (scheduling and sampling leave a little).
 FULL = 0.9
 
