@@ -14,6 +14,7 @@ import asyncio
 import base64
 import os
 import random
+import socket
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -22,6 +23,8 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from bench import cpu
 
 #: Key and value of one record. Both printable, never containing tab or newline, so that
 #: line-oriented tools (kcat) can carry them as `key<TAB>value<NL>`.
@@ -58,9 +61,15 @@ class BenchEnv:
     startup: list[float] = field(default_factory=list)
     #: The brokers' kind: "kafka" (Apache Kafka) or "tansu".
     broker_kind: str = "tansu"
-    #: Filled by `wait_mirrored` when given the contender's processes: (CPU seconds they
-    #: spent from the first record to the last, their peak resident set in bytes).
-    costs: list[tuple[float, int]] = field(default_factory=list)
+    #: Filled by `wait_mirrored`: where the CPU went from the first record to the last.
+    usage: list[Usage] = field(default_factory=list)
+    #: The source topic's compression codec (Kafka's name; "none" for none). A contender
+    #: that compresses what it writes uses the same, as an operator mirroring it would.
+    codec: str = "none"
+    #: Every broker process of both clusters, whose CPU is read over the timed window.
+    broker_pids: tuple[int, ...] = ()
+    #: Filled by a Mirrorline replicator run: the copy path its status gave the partitions.
+    copy_paths: list[str] = field(default_factory=list)
     #: True in a steady-rate run: the source keeps growing while the contender runs, so
     #: a contender must keep following it rather than stop at the end it first sees.
     follow: bool = False
@@ -84,21 +93,33 @@ class BenchEnv:
         so the watcher costs the contender next to nothing while records flow.
         `watch` holds the contender's own tasks: if one fails, its error is raised at once
         instead of waiting for `limit` (default: generous for the record count).
-        `cost` names the contender's own processes: their CPU time over the same window and
-        their peak resident memory go to `costs`.
+        `cost` names the contender's own processes. Over the same window the CPU time of
+        those, of the brokers, of the bench process and of the whole machine go to `usage`,
+        with the contender's peak resident memory.
         """
         topic = self.target_topic
         limit = limit if limit is not None else max(120.0, self.records / 2_000)
         previous: dict[int, int] | None = None
         first: float | None = None
-        cpu_at_first = 0.0
+        harness = cpu.Group((os.getpid(),), children=False)
+        inside = cost is not None and cost.group == harness
+        at_first: cpu.Sample | None = None
+
+        def groups() -> list[cpu.Group]:
+            return [cost.group if cost is not None else cpu.Group(()),
+                    cpu.Group(self.broker_pids), harness]
 
         def done() -> float:
-            assert first is not None
+            assert first is not None and at_first is not None
             self.startup.append(first - started)
             seconds = time.perf_counter() - first
-            if cost is not None:
-                self.costs.append((cost.cpu_seconds() - cpu_at_first, cost.peak_rss()))
+            used = cpu.used(at_first, cpu.Sample.take(groups()))
+            mine, brokers, bench = used.groups
+            self.usage.append(Usage(
+                seconds=seconds, contender=mine if cost is not None else None,
+                brokers=brokers, harness=None if inside else bench,
+                busy=used.busy, capacity=used.total,
+                peak_rss=cost.peak_rss() if cost is not None else None))
             return seconds
 
         async with HighWatermarks(self.target_bootstrap, topic, self.partitions) as marks:
@@ -106,7 +127,7 @@ class BenchEnv:
                 ends = await marks.log_ends()
                 if first is None and sum(ends.values()) > 0:
                     first = time.perf_counter()
-                    cpu_at_first = cost.cpu_seconds() if cost is not None else 0.0
+                    at_first = cpu.Sample.take(groups())
                 if sum(ends.values()) >= self.records:
                     return done()
                 if ends == previous and first is not None:
@@ -128,37 +149,60 @@ class BenchEnv:
 Contender = Callable[[BenchEnv], Awaitable[float]]
 
 
+def free_port() -> int:
+    """A loopback TCP port free right now, for a contender's gRPC server."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
 class ProcessCost:
-    """CPU time and peak resident memory of a contender's processes, from /proc (Linux)."""
+    """A contender's own processes, and by default what they started, for the cost figures.
 
-    def __init__(self, pids: Sequence[int]) -> None:
+    `children=False` counts the processes alone: for a contender that runs inside the bench
+    process (the raw loop), whose children are the brokers and the other contenders.
+    """
+
+    def __init__(self, pids: Sequence[int] = (), *, children: bool = True,
+                 reaped_here: bool = False) -> None:
+        #: May grow while the contender starts its processes (kcat's pipes).
         self.pids = list(pids)
-        self._tick = os.sysconf("SC_CLK_TCK")
+        self.children = children
+        self.reaped_here = reaped_here
 
-    def cpu_seconds(self) -> float:
-        """User + system CPU seconds the processes have used so far (0 for one gone)."""
-        total = 0
-        for pid in self.pids:
-            try:
-                stat = Path(f"/proc/{pid}/stat").read_text()
-            except OSError:
-                continue
-            fields = stat.rpartition(")")[2].split()
-            total += int(fields[11]) + int(fields[12])  # utime, stime
-        return total / self._tick
+    @property
+    def group(self) -> cpu.Group:
+        return cpu.Group(tuple(self.pids), self.children, self.reaped_here)
 
     def peak_rss(self) -> int:
         """The sum of the processes' peak resident set sizes (VmHWM), in bytes."""
-        total = 0
-        for pid in self.pids:
-            try:
-                status = Path(f"/proc/{pid}/status").read_text()
-            except OSError:
-                continue
-            for line in status.splitlines():
-                if line.startswith("VmHWM:"):
-                    total += int(line.split()[1]) * 1024
-        return total
+        return cpu.peak_rss(self.pids)
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Where the machine's CPU went during one timed window (first record to last)."""
+
+    seconds: float
+    #: CPU seconds of the contender's processes and their children; None when it is not a
+    #: process of its own.
+    contender: float | None
+    #: CPU seconds of both clusters' broker processes.
+    brokers: float
+    #: CPU seconds of the bench process itself (its finish-line watcher); None when the
+    #: contender runs inside it (the raw loop), whose figure then includes the watcher.
+    harness: float | None
+    #: Busy CPU seconds of the whole machine, and the CPU seconds it had (cores x seconds).
+    busy: float
+    capacity: float
+    peak_rss: int | None
+
+    @property
+    def others(self) -> float:
+        """Busy CPU seconds nobody above accounts for: other processes on the machine."""
+        return max(0.0, self.busy - (self.contender or 0.0) - self.brokers
+                   - (self.harness or 0.0))
 
 
 class HighWatermarks:
@@ -229,7 +273,31 @@ def make_payloads(records: int, size: int, seed: int = 7) -> list[Payload]:
     ]
 
 
-def _seed_blocking(bootstrap: str, topic: str, partitions: int, payloads: list[Payload]) -> None:
+def make_text_payloads(records: int, size: int, seed: int = 7) -> list[Payload]:
+    """As `make_payloads`, with values that compress as text does (for compressed topics).
+
+    Random bytes do not compress, and nobody compresses a topic of them. These values are
+    slices of a 4 MiB text of words from a 500-word vocabulary with numbers between them,
+    taken at scattered places, so that a batch's neighbouring records share words but not
+    whole passages (which would flatter the codecs). Printable, no tab or newline.
+    """
+    rng = random.Random(seed)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    vocabulary = ["".join(rng.choices(letters, k=rng.randint(2, 9))) for _ in range(500)]
+    words = rng.choices(vocabulary, k=700_000)
+    for i in range(0, len(words), 7):
+        words[i] = str(rng.randrange(100_000))
+    text = " ".join(words).encode()
+    span = len(text) - size
+    stride = 1_000_003  # a prime: consecutive records start far apart
+    return [
+        (b"%010d" % i, text[(i * stride) % span:(i * stride) % span + size])
+        for i in range(records)
+    ]
+
+
+def _seed_blocking(bootstrap: str, topic: str, partitions: int, payloads: list[Payload],
+                   codec: str) -> None:
     from confluent_kafka import Producer
 
     producer = Producer({
@@ -240,6 +308,7 @@ def _seed_blocking(bootstrap: str, topic: str, partitions: int, payloads: list[P
         "queue.buffering.max.kbytes": 2_097_151,
         "enable.idempotence": False,
         "acks": 1,
+        "compression.type": codec,
     })
     produce = producer.produce
     for i, (key, value) in enumerate(payloads):
@@ -254,13 +323,15 @@ def _seed_blocking(bootstrap: str, topic: str, partitions: int, payloads: list[P
         raise RuntimeError(f"seeding {topic}: {remaining} records not delivered")
 
 
-async def seed(bootstrap: str, topic: str, partitions: int, payloads: list[Payload]) -> float:
+async def seed(bootstrap: str, topic: str, partitions: int, payloads: list[Payload],
+               codec: str = "none") -> float:
     """Produce `payloads` round-robin over the partitions with confluent-kafka; returns seconds.
 
+    Batches of up to 1 MB (before compression), compressed with `codec` (Kafka's name).
     Verifies through the high watermarks that every record landed.
     """
     started = time.perf_counter()
-    await asyncio.to_thread(_seed_blocking, bootstrap, topic, partitions, payloads)
+    await asyncio.to_thread(_seed_blocking, bootstrap, topic, partitions, payloads, codec)
     async with HighWatermarks(bootstrap, topic, partitions) as marks:
         landed = await marks.total()
     if landed != len(payloads):

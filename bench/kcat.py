@@ -6,7 +6,9 @@ through a pipe, so the target gets fresh timestamps. Debian's librdkafka (2.0) c
 to Tansu, so kcat runs against the librdkafka shipped in the confluent-kafka wheel, through
 `LD_LIBRARY_PATH` and a `librdkafka.so.1` symlink. In a steady-rate run (`env.follow`) the
 consumers keep following the partition instead of stopping at its end, and write each
-record out at once (`-u`).
+record out at once (`-u`). On a compressed source topic the consumers decompress and the
+producers compress again with the source's codec (`-X compression.codec=...`). Its CPU
+figure is the eight processes' together.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import shutil
 import time
 from pathlib import Path
 
-from bench.common import BenchEnv, ContenderUnavailable
+from bench.common import BenchEnv, ContenderUnavailable, ProcessCost
 
 #: kcat parses these escapes itself: a tab between key and value, a newline after each record.
 CONSUME_FORMAT = "%k\\t%s\\n"
@@ -34,9 +36,11 @@ async def run(env: BenchEnv) -> float:
     proc_env["LD_LIBRARY_PATH"] = ":".join(
         filter(None, [str(libdir), os.environ.get("LD_LIBRARY_PATH")]))
     started = time.perf_counter()
-    pipes = [asyncio.ensure_future(_pipe(kcat, env, p, proc_env)) for p in range(env.partitions)]
+    cost = ProcessCost(reaped_here=True)  # the consumers end at the partition's end
+    pipes = [asyncio.ensure_future(_pipe(kcat, env, p, proc_env, cost.pids))
+             for p in range(env.partitions)]
     try:
-        return await env.wait_mirrored(started, watch=pipes)
+        return await env.wait_mirrored(started, watch=pipes, cost=cost)
     finally:
         for pipe in pipes:
             if not pipe.done():
@@ -44,7 +48,8 @@ async def run(env: BenchEnv) -> float:
         await asyncio.gather(*pipes, return_exceptions=True)
 
 
-async def _pipe(kcat: str, env: BenchEnv, partition: int, proc_env: dict[str, str]) -> None:
+async def _pipe(kcat: str, env: BenchEnv, partition: int, proc_env: dict[str, str],
+                pids: list[int]) -> None:
     read_end, write_end = os.pipe()
     try:
         consumer = await asyncio.create_subprocess_exec(
@@ -55,11 +60,14 @@ async def _pipe(kcat: str, env: BenchEnv, partition: int, proc_env: dict[str, st
             *(("-u",) if env.follow else ("-e",)),
             stdout=write_end, stderr=asyncio.subprocess.PIPE, env=proc_env,
         )
+        pids.append(consumer.pid)
         producer = await asyncio.create_subprocess_exec(
             kcat, "-P", "-q", "-b", env.target_bootstrap, "-t", env.target_topic,
             "-p", str(partition), "-K", KEY_DELIMITER,
+            *(("-X", f"compression.codec={env.codec}") if env.codec != "none" else ()),
             stdin=read_end, stderr=asyncio.subprocess.PIPE, env=proc_env,
         )
+        pids.append(producer.pid)
     finally:
         os.close(read_end)
         os.close(write_end)

@@ -8,8 +8,10 @@ up to `tasks.max`). Its checkpoints, heartbeats and topic-config/ACL sync are of
 the other contenders do none of that; its progress and offset syncs are written as
 always. Needs Apache Kafka brokers (`--broker kafka`): MM2's Connect runtime does not run
 on Tansu. The JVM runs with the options Kafka's `connect-mirror-maker.sh` gives it (heap
-256 MiB - 2 GiB, G1), not the quick-start options of the test brokers. The JVM's CPU time
-over the copying window and its peak resident memory are recorded for the cost table.
+256 MiB - 2 GiB, G1), not the quick-start options of the test brokers. On a compressed
+source topic its producer compresses with the source's codec
+(`<target>.producer.compression.type`; MM2's default is none). The JVM's CPU time over
+the copying window and its peak resident memory are recorded for the cost table.
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ def config(env: BenchEnv) -> str:
         "refresh.topics.interval.seconds": "5",
         "tasks.max": str(env.partitions),
     }
+    if env.codec != "none":  # compress again with the source's codec, as the others do
+        settings[f"{env.target_alias}.producer.compression.type"] = env.codec
     return "\n".join([
         f"clusters = {env.source_alias}, {env.target_alias}",
         f"{env.source_alias}.bootstrap.servers = {env.source_bootstrap}",

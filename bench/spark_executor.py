@@ -2,7 +2,8 @@
 `mirrorline spark-executor` (separate processes) with the flow on `mirrorline.executor =
 spark`, so the query, its source and sink, and the same bookkeeping as the replicator
 (progress, offset syncs, offset map) all run. Start-up (JVM, SparkSession, controller
-grace, first micro-batch) is reported apart from the timed copy.
+grace, first micro-batch) is reported apart from the timed copy. Its CPU figure is the
+controller's, the executor's and everything they start (Spark's JVM, its Python workers).
 """
 
 from __future__ import annotations
@@ -11,19 +12,11 @@ import asyncio
 import contextlib
 import secrets
 import signal
-import socket
 import sys
 import time
 from typing import Any
 
-from bench.common import BenchEnv, Contender, ContenderUnavailable
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+from bench.common import BenchEnv, Contender, ContenderUnavailable, ProcessCost, free_port
 
 
 def config(env: BenchEnv) -> str:
@@ -35,6 +28,8 @@ def config(env: BenchEnv) -> str:
         f"{flow}.enabled = true",
         f"{flow}.topics = {env.source_topic}",
         f"{flow}.mirrorline.executor = spark",
+        *([f"{env.target_alias}.producer.compression.type = {env.codec}"]
+          if env.codec != "none" else []),
         "replication.policy.class = IdentityReplicationPolicy",
         f"mirrorline.deployment = bench{secrets.token_hex(3)}",
         "",
@@ -59,13 +54,14 @@ def make(master: str, conf: tuple[str, ...] = ()) -> Contender:
             log = await asyncio.to_thread(open, env.workdir / f"{name}.log", "wb")
             proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "mirrorline", *args, "--config", str(path),
-                "--grpc-port", str(_free_port()), "--metrics-port", "-1",
+                "--grpc-port", str(free_port()), "--metrics-port", "-1",
                 stdout=log, stderr=log)
             procs.append((proc, log))
         waiters = [asyncio.ensure_future(p.wait()) for p, _ in procs]
         try:
             return await env.wait_mirrored(started, watch=waiters,
-                                           limit=max(300.0, env.records / 1_000))
+                                           limit=max(300.0, env.records / 1_000),
+                                           cost=ProcessCost([p.pid for p, _ in procs]))
         finally:
             for proc, _ in reversed(procs):
                 if proc.returncode is None:
