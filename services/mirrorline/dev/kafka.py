@@ -472,10 +472,64 @@ def _prepare(directory: Path, count: int, port: int | None, listeners: Mapping[s
     return cluster_id, planned
 
 
+#: `0`: every node's storage is formatted by Kafka's storage tool (no template).
+FORMAT_TEMPLATE_ENV = "MIRRORLINE_KAFKA_FORMAT_TEMPLATE"
+
+
+def _bootstrap_template() -> Path:
+    """Where a copy of the storage tool's `bootstrap.checkpoint` is kept (beside the jars)."""
+    return kafka_home() / "format" / "bootstrap.checkpoint"
+
+
+def _template_allowed() -> bool:
+    return os.environ.get(FORMAT_TEMPLATE_ENV, "1").strip() != "0"
+
+
+def _format_from_template(node: KafkaNode, cluster_id: str) -> bool:
+    """Format `node` as the storage tool would, without a JVM: its `bootstrap.checkpoint`
+    (the release's feature levels, the same for every node) copied from one the tool wrote
+    before, and `meta.properties` naming the node, its directory and the cluster."""
+    template = _bootstrap_template()
+    if not template.is_file():
+        return False
+    data = Path(node.directory) / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(template, data / "bootstrap.checkpoint")
+    meta = (f"node.id={node.node_id}\ndirectory.id={new_cluster_id()}\nversion=1\n"
+            f"cluster.id={cluster_id}\n")
+    staged = data / "meta.properties.tmp"
+    staged.write_text(meta)
+    os.replace(staged, data / "meta.properties")  # written last: a formatted directory
+    return True
+
+
+def _keep_template(node: KafkaNode) -> None:
+    """Keep the `bootstrap.checkpoint` the storage tool just wrote, for later nodes."""
+    written = Path(node.directory) / "data" / "bootstrap.checkpoint"
+    target = _bootstrap_template()
+    if target.is_file() or not written.is_file():
+        return
+    with contextlib.suppress(OSError):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staged = target.with_name(f".{target.name}.{os.getpid()}.{uuid.uuid4().hex}")
+        shutil.copyfile(written, staged)
+        os.replace(staged, target)
+
+
 def _format(java_cmd: list[str], node: KafkaNode, cluster_id: str,
-            scram: Sequence[str]) -> None:
-    """Format the node's storage once; a formatted one is left as it is (a restart)."""
+            scram: Sequence[str], plain: bool = False) -> None:
+    """Format the node's storage once; a formatted one is left as it is (a restart).
+
+    The storage tool is a JVM of its own (about 2 s on 2 cores). A `plain` node (the
+    configuration this module writes, nothing added: no overrides, listeners or SCRAM
+    users, so nothing for the tool to refuse and nothing but the release's feature levels
+    to write) gets a copy of its output instead (`_format_from_template`), once the tool
+    ran for one such node on this machine. Any other node is formatted by the tool, which
+    checks its configuration and says clearly what is wrong."""
     if (Path(node.directory) / "data" / "meta.properties").is_file():
+        return
+    fits = plain and _template_allowed()
+    if fits and _format_from_template(node, cluster_id):
         return
     command = [*java_cmd, "format", "-t", cluster_id, "-c", str(node.config_path),
                "--ignore-formatted"]
@@ -488,6 +542,8 @@ def _format(java_cmd: list[str], node: KafkaNode, cluster_id: str,
                  if line.strip() and not line.startswith(("\tat ", "\t... "))]
         raise BrokerError(f"cannot format the storage of Kafka node {node.node_id} in "
                           f"{node.directory}:\n  " + "\n  ".join(lines[-8:]))
+    if fits:
+        _keep_template(node)
 
 
 def _launch_node(node: KafkaNode, detach: bool, jvm_opts: Sequence[str],
@@ -542,7 +598,9 @@ async def start_kafka(
                                     directory / "tools-log4j2.yaml",
                                     directory / "tools.log"),
                                 shared_classes=archive)
-    await asyncio.gather(*(asyncio.to_thread(_format, storage_tool, node, cluster_id, scram)
+    plain = not overrides and not extra_listeners and not scram
+    await asyncio.gather(*(asyncio.to_thread(_format, storage_tool, node, cluster_id, scram,
+                                             plain)
                            for node in planned))
     started = time.monotonic()
     running: list[KafkaNode] = []

@@ -32,6 +32,10 @@ class SendAborted(KafkaError):  # type: ignore[misc]
     retriable = True
 
 
+#: How long a cancelled sender may take to finish its requests under way, at most.
+_SENDER_EXIT_S = 1.0
+
+
 async def abort_producer(producer: AIOKafkaProducer, reason: str) -> None:
     """Fail everything `producer` holds with `SendAborted(reason)` and close it."""
     inner: Any = producer
@@ -43,6 +47,13 @@ async def abort_producer(producer: AIOKafkaProducer, reason: str) -> None:
     with contextlib.suppress(Exception):
         await inner.client.close()  # requests on the wire fail now, nothing is re-sent
     if task is not None:
+        # Cancelled, the sender still waits for its requests under way; one that lost its
+        # connection (a request timed out on a silent target) waits for a metadata update
+        # the closed client never makes, so that wait never ended and neither did the
+        # abort (the flow never got a new producer). A second cancel ends such a request.
+        await asyncio.wait({task}, timeout=_SENDER_EXIT_S)
+        if not task.done():
+            task.cancel()
         await asyncio.gather(task, return_exceptions=True)
     accumulator = inner._message_accumulator
     # A batch re-queued for a retry still carries the callback that removes it from the

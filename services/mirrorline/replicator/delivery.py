@@ -35,12 +35,19 @@ OnFailed = Callable[[PartitionPump, BaseException], None]
 OnStalled = Callable[[float], None]
 #: Fetches under way whose answers should wake the loop (the batch path's own fetches).
 FetchWaiters = Callable[[], Collection[asyncio.Future[Any]]]
+#: How long `settle_all` lets queued batches end with their aborted producer's failure.
+_ABORTED_SETTLE_S = 5.0
 
 
-async def _send(producer: AIOKafkaProducer, batch: Any, pump: PartitionPump) -> Any:
-    """Queue `batch` for the pump's partition and wait for its acknowledgement."""
+async def _send(producer: AIOKafkaProducer, batch: Any, pump: PartitionPump,
+                queued: Callable[[asyncio.Future[Any]], None]) -> Any:
+    """Queue `batch` for the pump's partition (then tell `queued` this send's task) and
+    wait for its acknowledgement."""
     await require_partition(producer, pump.target_topic, pump.partition)
     delivered = await producer.send_batch(batch, pump.target_topic, partition=pump.partition)
+    task = asyncio.current_task()
+    if task is not None:
+        queued(task)
     return await delivered
 
 
@@ -63,6 +70,8 @@ class DeliveryLoop:
         self._on_stalled = on_stalled
         self._stall_said = False
         self._launched_at: dict[asyncio.Future[Any], float] = {}
+        #: Sends whose batch is in the producer's queue (an abort fails those itself).
+        self._queued: set[asyncio.Future[Any]] = set()
         self._pumps = pumps
         self._fetch = fetch
         self._on_ack = on_ack
@@ -106,7 +115,7 @@ class DeliveryLoop:
             # A send of its own: queueing may wait (for the remote topic's metadata, for
             # room), and a producer aborted meanwhile never ends that wait, so the loop
             # must not sit in it; `settle_all` cancels such a send.
-            send = asyncio.ensure_future(_send(producer, batch, pump))
+            send = asyncio.ensure_future(_send(producer, batch, pump, self._queued.add))
             self._in_flight[send] = pump
             self._launched_at[send] = now
 
@@ -166,6 +175,7 @@ class DeliveryLoop:
         now = time.monotonic()
         for future in done:
             self._launched_at.pop(future, None)
+            self._queued.discard(future)
             pump = self._in_flight.pop(future, None)
             if pump is None:
                 continue  # settled by a concurrent waiter already
@@ -204,9 +214,16 @@ class DeliveryLoop:
         """Settle every batch in flight after an abort: queued batches failed with their
         producer, and a send still waiting to be queued is cancelled, as the aborted
         producer would never queue it. Either way the pump's batch counts as failed, and
-        its partition checks the target before sending those records again."""
+        its partition checks the target before sending those records again. A queued
+        batch is not cancelled: it ends with the failure the abort gave it, whose reason
+        (why the sends were aborted) is what its partition then reports."""
         for send in self._in_flight:
-            send.cancel()
+            if send not in self._queued:
+                send.cancel()
         if self._in_flight:
-            done, _ = await asyncio.wait(self._in_flight)
+            done, pending = await asyncio.wait(self._in_flight, timeout=_ABORTED_SETTLE_S)
+            for send in pending:  # not failed by the abort after all: give up on it
+                send.cancel()
+            if pending:
+                done |= (await asyncio.wait(pending))[0]
             self._settle(done)
