@@ -25,6 +25,8 @@ log = logging.getLogger(__name__)
 TOPIC_ALREADY_EXISTS = 36
 INVALID_PARTITIONS = 37
 UNSUPPORTED_VERSION = 35
+#: How long creating a topic waits for the cluster's metadata to show it (`wait_visible`).
+CREATED_VISIBLE_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -106,6 +108,34 @@ class ClusterAdmin:
             and (wanted is None or t["topic"] in wanted)
         }
 
+    async def wait_visible(self, names: Iterable[str], timeout: float = CREATED_VISIBLE_S
+                           ) -> set[str]:
+        """Wait until the cluster's metadata shows every topic of `names` with a leader for
+        each partition, at most `timeout` seconds; the names it shows by then.
+
+        A CreateTopics answer means the controller created the topic, not that the broker
+        answering the next Metadata request knows it yet: under KRaft each broker applies
+        the new topic from the metadata log a moment later, longer when it is busy (many
+        topics created at once). A topic just created may therefore be missing, or have no
+        leader, in the next answer."""
+        wanted = set(names)
+        seen: set[str] = set()
+        if not wanted:
+            return seen
+        deadline = asyncio.get_running_loop().time() + timeout
+        pause = 0.05
+        while True:
+            topics = await self._client.describe_topics(None)  # see topic_partitions
+            seen = {t["topic"] for t in topics
+                    if t["topic"] in wanted and t["error_code"] == 0 and t["partitions"]
+                    and all(p["error_code"] == 0 and p["leader"] >= 0
+                            for p in t["partitions"])}
+            left = deadline - asyncio.get_running_loop().time()
+            if seen == wanted or left <= 0:
+                return seen
+            await asyncio.sleep(min(pause, left))
+            pause = min(pause * 2, 0.5)
+
     async def topic_configs(self, topics: Iterable[str]) -> dict[str, list[ConfigEntry]]:
         resources = [ConfigResource(ConfigResourceType.TOPIC, t) for t in topics]
         if not resources:
@@ -184,6 +214,7 @@ class ClusterAdmin:
             raise RuntimeError(f"cannot create topic {spec.name!r} on cluster "
                                f"{self.alias!r}: {error}")
         log.info("%s: created topic %s (%d partitions)", self.alias, spec.name, spec.partitions)
+        await self.wait_visible([spec.name])  # so that its first reader finds it
 
     async def delete_topics(self, names: Iterable[str]) -> dict[str, str | None]:
         """Delete topics; topic -> error text (None = deleted or already gone)."""

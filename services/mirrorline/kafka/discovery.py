@@ -38,6 +38,9 @@ class DiscoveryResult:
     topics: dict[str, RemoteTopic] = field(default_factory=dict)
     #: Source topic -> why it is not (fully) replicated.
     problems: dict[str, str] = field(default_factory=dict)
+    #: Source topics whose remote topic was created but is not in the target's metadata
+    #: yet: the next refresh should come soon, not a whole interval later.
+    pending: set[str] = field(default_factory=set)
 
 
 class TopicDiscovery:
@@ -67,8 +70,13 @@ class TopicDiscovery:
         missing = [t for t in selected if remote[t] not in existing]
         if missing:
             await self._create(missing, selected, remote, result)
-            existing.update(await self._target.topic_partitions(
-                [remote[t] for t in missing if t not in result.problems]))
+            # A topic just created may not be in the target's next metadata answer yet:
+            # wait for it (briefly), or it would be copied only a refresh interval later.
+            created = [remote[t] for t in missing if t not in result.problems]
+            visible = await self._target.wait_visible(created)
+            existing.update(await self._target.topic_partitions(visible))
+            result.pending = {t for t in missing
+                              if t not in result.problems and remote[t] not in existing}
         for topic, count in selected.items():
             name = remote[topic]
             if name not in existing:

@@ -303,7 +303,7 @@ class FlowReplicator:
     # -- which partitions ---------------------------------------------------------------
     async def _discovery_loop(self) -> None:
         assert self._discovery is not None
-        attempt = 0
+        attempt = pending = 0
         while not self._stopping:
             try:
                 result = await self._discovery.refresh()
@@ -316,6 +316,17 @@ class FlowReplicator:
                 await asyncio.sleep(delay)
                 continue
             await self.apply_discovery(result)
+            if result.pending:
+                # Remote topics created but not yet in the target's metadata: look again
+                # soon (even with refresh.topics.enabled = false, or they are never copied).
+                delay = min(self._backoff.delay(pending), self.flow.refresh_topics_interval_s)
+                pending += 1
+                log.info("%s: remote topics of %s created but not yet known to %s; looking "
+                         "again in %.1fs", self.name, ", ".join(sorted(result.pending)),
+                         self.flow.target, delay)
+                await asyncio.sleep(delay)
+                continue
+            pending = 0
             if not self.flow.refresh_topics_enabled:
                 return
             await asyncio.sleep(self.flow.refresh_topics_interval_s)
