@@ -307,6 +307,9 @@ class FlowReplicator:
         while not self._stopping:
             try:
                 result = await self._discovery.refresh()
+                # Taking partitions on reads the source and target (start offsets): a
+                # failure there is retried like a failed refresh, not the end of discovery.
+                await self.apply_discovery(result)
                 attempt = 0
             except Exception as exc:
                 delay = self._backoff.delay(attempt)
@@ -315,7 +318,6 @@ class FlowReplicator:
                             delay)
                 await asyncio.sleep(delay)
                 continue
-            await self.apply_discovery(result)
             if result.pending:
                 # Remote topics created but not yet in the target's metadata: look again
                 # soon (even with refresh.topics.enabled = false, or they are never copied).
