@@ -281,14 +281,11 @@ class CanaryReader(Retrying):
         span.end()
 
     async def _applied(self, app: AuditApp, partition: int, to: int) -> bool:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + APPLY_TIMEOUT_S
-        while loop.time() < deadline:
+        def done() -> bool:
             state = app.canary_state(self.flow_name, partition)
-            if state is not None and int(state["next"]) == to:
-                return True
-            await asyncio.sleep(0.01)
-        return False
+            return state is not None and int(state["next"]) == to
+
+        return await app.wait_applied(done, APPLY_TIMEOUT_S)
 
     def _decode(self, record: Any) -> CanaryRecord | None:
         try:
