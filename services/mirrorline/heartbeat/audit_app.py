@@ -404,10 +404,13 @@ class AuditApp:
             state = new_partition_state(int(event["from"]))
         elif int(state["next"]) != int(event["from"]):
             return  # stale or replayed: the reader re-reads from state["next"]
-        for session, sequence, sent_ms in event["records"]:
+        for session, sequence, sent_ms, *arrived in event["records"]:
+            # Each canary's own arrival time; events written before readers reported
+            # several arrivals at once carry one for all.
+            at = int(arrived[0]) if arrived else int(event["at"])
             anomaly = fold_arrival(state, CanaryRecord(int(session), partition, int(sequence),
                                                        int(sent_ms)),
-                                   int(event["at"]), window_ms=int(event["window"]),
+                                   at, window_ms=int(event["window"]),
                                    since_ms=int(event["since"]))
             if anomaly:
                 log.warning("canary %s: %s", flow, anomaly)
