@@ -49,6 +49,9 @@ _PROPAGATOR = TraceContextTextMapPropagator()
 
 #: Longest wait for the app's agent to apply a reader's event.
 APPLY_TIMEOUT_S = 15.0
+#: How long a canary reader's fetch waits at the broker for a canary (a `fetch.max.wait.ms`
+#: set for the target's consumers in the file wins).
+CANARY_FETCH_WAIT_MS = 2000
 
 
 def _now_ms() -> int:
@@ -161,7 +164,9 @@ class CanaryReader(Retrying):
         kwargs = dict(consumer_kwargs)
         kwargs.pop("group_id", None)
         kwargs["enable_auto_commit"] = False
-        kwargs.setdefault("fetch_max_wait_ms", 500)  # a fetch answers as soon as records come
+        # A fetch answers as soon as a canary comes, so the wait costs no arrival time; at
+        # 500 ms (the tails' wait) an idle fetch went out between every two canaries.
+        kwargs.setdefault("fetch_max_wait_ms", CANARY_FETCH_WAIT_MS)
         kwargs.setdefault("consumer_timeout_ms", TAIL_ROUTINE_MS)
         self._kwargs = kwargs
         self.partitions = 0
