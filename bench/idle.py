@@ -32,12 +32,12 @@ _TICKS = os.sysconf("SC_CLK_TCK")
 #: What an idle heartbeat service still spends, printed under the table.
 HEARTBEAT_NOTE = """\
 heartbeat, idle by design: an MM2 heartbeat per cluster pair every second (pairs due
-together share one request), a canary per source partition every canary.interval.ms read
-back and folded into its faust table, and an audit report and judging round every
-cadence (3 s for minute windows). Its tails long-poll (500 ms; the audit's for one
-cadence), their fetch routines wake once a second rather than five times, and the
-topology's partitions are paused between its reads every 2 s: fetched ahead and left
-unread, they woke the consumer every 100 ms."""
+together share one request); a canary per source partition every canary.interval.ms,
+timed as it is read back and reported to its faust table once per audit cadence (3 s
+for minute windows); the audit of the canary topic's copy (a report per side and a
+judging round per cadence; partitions with no window open are not reported); the faust
+app's consumer thread, group heartbeats and commits. Its tails long-poll (500 ms; the
+audit's fetches wait for the cadence's records), and the topology reads every 2 s."""
 
 
 def _children() -> dict[int, list[int]]:

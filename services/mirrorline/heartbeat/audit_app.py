@@ -205,6 +205,9 @@ class AuditApp:
         self.started = False
         self._starting: asyncio.Task[None] | None = None
         self._ticker: asyncio.Task[None] | None = None
+        #: Resolved (and replaced) each time the agent has applied an event: what a
+        #: reader waiting for its event to be applied awaits (`wait_applied`).
+        self._change: asyncio.Future[None] | None = None
 
     async def create_topics(self) -> None:
         """Create the app's topics ourselves (one partition each) before faust starts, so
@@ -300,10 +303,51 @@ class AuditApp:
         await self._events.send(value=event)
 
     async def _tick(self) -> None:
+        """A judging round every cadence -- while a window waits to be judged: with none
+        open or held anywhere (an idle mirror), a round would judge nothing, and each is
+        an event through the app's topic."""
         while True:
             windows = [f.audit.window_ms for f in self.flows.values() if f.audit.enabled]
             await asyncio.sleep(cadence_s(min(windows, default=0)))
-            await self.send({"kind": "tick"})
+            if self._anything_open():
+                await self.send({"kind": "tick"})
+
+    def _anything_open(self) -> bool:
+        """Whether any side of any partition holds a window not judged for good."""
+        return any(isinstance(v, dict) and (v.get("windows") or v.get("held"))
+                   for v in list(self.table.values()))
+
+    def settled(self, flow: str, part: str) -> bool:
+        """Both sides of the flow's partition `part` are in the table with no window open
+        or held: a report that only says a side is still caught up would change nothing
+        that is ever judged (a window becomes judgeable only by records folded into it,
+        and the reports that fold them carry the time again)."""
+        for side in ("source", "target"):
+            state = self.table.get(_part_key(flow, side, part))
+            if not isinstance(state, dict) or state.get("windows") or state.get("held"):
+                return False
+        return True
+
+    async def wait_applied(self, done: Callable[[], bool], timeout: float) -> bool:
+        """Wait until `done()` holds, looking again each time the agent has applied an
+        event (and at least once a second); False if it does not within `timeout`
+        seconds. Readers wait here for their own event rather than polling the table."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while not done():
+            left = deadline - loop.time()
+            if left <= 0:
+                return False
+            if self._change is None or self._change.done():
+                self._change = loop.create_future()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._change), min(left, 1.0))
+        return True
+
+    def _applied(self) -> None:
+        change, self._change = self._change, None
+        if change is not None and not change.done():
+            change.set_result(None)
 
     # -- what readers ask of the table (reading is allowed outside the agent) -------------
     def first_window(self, flow: str) -> int | None:
@@ -336,6 +380,8 @@ class AuditApp:
             except Exception:  # a bad event must not stop the audit
                 log.exception("audit %s: skipping event %r", self.target,
                               json.dumps(event)[:200])
+            finally:
+                self._applied()
 
     async def _apply(self, event: Mapping[str, Any]) -> None:
         kind = event.get("kind")
@@ -358,10 +404,13 @@ class AuditApp:
             state = new_partition_state(int(event["from"]))
         elif int(state["next"]) != int(event["from"]):
             return  # stale or replayed: the reader re-reads from state["next"]
-        for session, sequence, sent_ms in event["records"]:
+        for session, sequence, sent_ms, *arrived in event["records"]:
+            # Each canary's own arrival time; events written before readers reported
+            # several arrivals at once carry one for all.
+            at = int(arrived[0]) if arrived else int(event["at"])
             anomaly = fold_arrival(state, CanaryRecord(int(session), partition, int(sequence),
                                                        int(sent_ms)),
-                                   int(event["at"]), window_ms=int(event["window"]),
+                                   at, window_ms=int(event["window"]),
                                    since_ms=int(event["since"]))
             if anomaly:
                 log.warning("canary %s: %s", flow, anomaly)

@@ -52,6 +52,9 @@ APPLY_TIMEOUT_S = 15.0
 REFRESH_S = 5.0
 #: Most bytes one partition's part of a fetch answer holds (max.partition.fetch.bytes).
 PARTITION_FETCH_BYTES = 1 << 20
+#: Bytes a fetch waits for (fetch.min.bytes) until the report is due: the records of a
+#: cadence are read together, whatever their pace.
+FETCH_MIN_BYTES = PARTITION_FETCH_BYTES
 #: Kafka's OFFSET_OUT_OF_RANGE, and the errors after which Kafka's consumer refreshes its
 #: metadata and asks again (UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE,
 #: NOT_LEADER_OR_FOLLOWER, REPLICA_NOT_AVAILABLE, KAFKA_STORAGE_ERROR, FENCED_LEADER_EPOCH,
@@ -171,10 +174,12 @@ class AuditReader(Retrying):
             deadline = loop.time() + flush_s
             if not part_of:  # nothing to read (yet)
                 await asyncio.sleep(flush_s)
-            # Read until the report is due, idle or not: records are taken as they come (a
-            # fetch answers as soon as there are any), and an idle reader reports once per
-            # cadence rather than after every empty fetch: an idle fetch waits at the broker
-            # until the report is due (the consumer itself never fetches; it connects).
+            # Read until the report is due, idle or not: an idle reader reports once per
+            # cadence rather than after every empty fetch. A fetch waits at the broker until
+            # the report is due or `FETCH_MIN_BYTES` are there, whichever comes first: what
+            # trickles in (a canary a second) is read in one answer at the report, not one
+            # fetch per record, and a busy partition still answers at once (the consumer
+            # itself never fetches; it connects).
             while part_of and (left := deadline - loop.time()) > 0:
                 fetched = await self._fetch(consumer, raw, positions,
                                             max(1, int(left * 1000)))
@@ -230,7 +235,8 @@ class AuditReader(Retrying):
             await asyncio.sleep(REFRESH_PAUSE_S)
             return {}
         answers = await asyncio.gather(*(
-            raw.fetch(group, max_wait_ms=wait_ms, partition_max_bytes=PARTITION_FETCH_BYTES,
+            raw.fetch(group, max_wait_ms=wait_ms, min_bytes=FETCH_MIN_BYTES,
+                      partition_max_bytes=PARTITION_FETCH_BYTES,
                       isolation_level=self._isolation)
             for group in by_leader.values()))
         out: dict[TopicPartition, FetchedPartition] = {}
@@ -279,8 +285,9 @@ class AuditReader(Retrying):
             caught = now if high is not None and position >= high else -1
             if start is None:
                 start = 0
-            if position == start and not deltas.get(tp) and caught < 0:
-                continue
+            if position == start and not deltas.get(tp) and tp not in truncated \
+                    and (caught < 0 or self.app.settled(self.flow.name, part)):
+                continue  # nothing new, or only "still caught up" with nothing to judge
             parts[part] = {"from": start, "to": position, "d": deltas.get(tp, {}),
                            "caught": caught, "truncated": truncated.get(tp, -1),
                            "top": tops.get(tp, -1)}
@@ -296,15 +303,9 @@ class AuditReader(Retrying):
         return dict(expected)
 
     async def _applied(self, parts: Mapping[str, Mapping[str, Any]]) -> bool:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + APPLY_TIMEOUT_S
-        while loop.time() < deadline:
-            done = all(self.app.position(self.flow.name, self.side, part) == data["to"]
-                       for part, data in parts.items())
-            if done:
-                return True
-            await asyncio.sleep(0.02)
-        return False
+        return await self.app.wait_applied(
+            lambda: all(self.app.position(self.flow.name, self.side, part) == data["to"]
+                        for part, data in parts.items()), APPLY_TIMEOUT_S)
 
 
 def _inner_gaps(records: Sequence[Any], into: list[tuple[int, int, int]]) -> None:

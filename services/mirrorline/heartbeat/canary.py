@@ -4,11 +4,16 @@ The sender keeps the canary topic of its source cluster at no fewer partitions t
 cluster has brokers (so every broker's path is probed) and writes one small record per
 partition every `canary.interval.ms`, carrying its send time, its per-partition sequence
 number and W3C trace context. The reader of each flow reads the remote canary topic on
-the target and hands each batch of arrivals, as one "canary" event, to the target's
-faust app, whose agent folds it into the canary table (`core.canary.fold_arrival`); the
-flow's `FlowCanary` judges from that table. Like the audit's readers, a reader resumes
-from the offset the table records and re-reads from there whenever its event was not
-applied, so a restart neither loses nor double-counts an arrival.
+the target, takes each canary's arrival time as it is read (and tells the flow's
+`FlowCanary` it is no longer overdue), and hands the arrivals, once per audit cadence
+(`audit_app.cadence_s`), as one "canary" event per partition to the target's faust app,
+whose agent folds them into the canary table (`core.canary.fold_arrival`); the flow's
+`FlowCanary` judges latency, losses and repeats from that table. One event per cadence
+rather than per canary: each is a produce, a fetch and a changelog write through the
+app, and at one a second they were a large part of what an idle service spent. Like
+the audit's readers, a reader resumes from the offset the table records and re-reads
+from there whenever its event was not applied, so a restart neither loses nor
+double-counts an arrival.
 
 A canary sent before its partition *opened* -- before the reader first read a canary
 there -- gives no latency sample (counting it would report the mirror's start, or the
@@ -31,7 +36,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from mirrorline.core.canary import TRACEPARENT, CanaryRecord, FlowCanary
 from mirrorline.core.errors import WireFormatError
-from mirrorline.heartbeat.audit_app import AuditApp
+from mirrorline.heartbeat.audit_app import AuditApp, cadence_s
 from mirrorline.heartbeat.retrying import Retrying
 from mirrorline.kafka.admin import ClusterAdmin, TopicSpec, UnsupportedByBroker
 from mirrorline.kafka.causes import unreachable
@@ -44,6 +49,9 @@ _PROPAGATOR = TraceContextTextMapPropagator()
 
 #: Longest wait for the app's agent to apply a reader's event.
 APPLY_TIMEOUT_S = 15.0
+#: How long a canary reader's fetch waits at the broker for a canary (a `fetch.max.wait.ms`
+#: set for the target's consumers in the file wins).
+CANARY_FETCH_WAIT_MS = 2000
 
 
 def _now_ms() -> int:
@@ -156,7 +164,9 @@ class CanaryReader(Retrying):
         kwargs = dict(consumer_kwargs)
         kwargs.pop("group_id", None)
         kwargs["enable_auto_commit"] = False
-        kwargs.setdefault("fetch_max_wait_ms", 500)  # a fetch answers as soon as records come
+        # A fetch answers as soon as a canary comes, so the wait costs no arrival time; at
+        # 500 ms (the tails' wait) an idle fetch went out between every two canaries.
+        kwargs.setdefault("fetch_max_wait_ms", CANARY_FETCH_WAIT_MS)
         kwargs.setdefault("consumer_timeout_ms", TAIL_ROUTINE_MS)
         self._kwargs = kwargs
         self.partitions = 0
@@ -189,6 +199,9 @@ class CanaryReader(Retrying):
         assigned: set[TopicPartition] = set()
         next_check = 0.0
         loop = asyncio.get_running_loop()
+        #: Read and not reported yet, per partition: (record, its arrival ms), in order.
+        unreported: dict[TopicPartition, list[tuple[Any, int]]] = {}
+        report_at: float | None = None
         while True:
             if loop.time() >= next_check:
                 found = await asyncio.wait_for(partitions_by_topic(consumer, [self.topic]), 15)
@@ -203,10 +216,29 @@ class CanaryReader(Retrying):
                 continue
             # Records are returned the moment they come; the timeout only paces an idle
             # loop (at 200 ms it went round five times a second).
-            batches = await consumer.getmany(timeout_ms=1000)
+            wait_s = 1.0 if report_at is None else min(1.0, report_at - loop.time())
+            batches = await consumer.getmany(timeout_ms=max(0, int(wait_s * 1000)))
             arrival = _now_ms()
             for tp, records in batches.items():
-                await self._fold(consumer, app, tp, records, arrival)
+                if records:
+                    self._arrived(tp.partition, records, arrival)
+                    unreported.setdefault(tp, []).extend((r, arrival) for r in records)
+            if unreported and report_at is None:
+                report_at = loop.time() + cadence_s(self.canary.window_ms)
+            if report_at is not None and loop.time() >= report_at:
+                for tp, arrivals in unreported.items():
+                    await self._fold(consumer, app, tp, arrivals)
+                unreported.clear()
+                report_at = None
+
+    def _arrived(self, partition: int, records: list[Any], arrival_ms: int) -> None:
+        """Canaries read at `arrival_ms`: they and every earlier one of the partition are
+        not overdue from now on (their latency counts once the table has them)."""
+        self.canary.open(partition, arrival_ms)
+        for record in records:
+            canary = self._decode(record)
+            if canary is not None:
+                self.canary.seen(canary)
 
     async def _assign(self, consumer: AIOKafkaConsumer, app: AuditApp,
                       old: set[TopicPartition], tps: set[TopicPartition]) -> None:
@@ -233,9 +265,12 @@ class CanaryReader(Retrying):
                     consumer.seek(tp, at.offset)
 
     async def _fold(self, consumer: AIOKafkaConsumer, app: AuditApp, tp: TopicPartition,
-                    records: list[Any], arrival_ms: int) -> None:
-        if not records:
+                    arrivals: list[tuple[Any, int]]) -> None:
+        """Report the partition's `arrivals` (record, arrival ms) as one event, each
+        canary with its own arrival time."""
+        if not arrivals:
             return
+        records = [r for r, _at in arrivals]
         state = app.canary_state(self.flow_name, tp.partition)
         start = records[0].offset if state is None else int(state["next"])
         if records[0].offset != start:  # not where the table stands: re-read from there
@@ -243,23 +278,23 @@ class CanaryReader(Retrying):
             return
         # Canaries sent before the partition opened (its first arrival here) are the
         # backlog of a mirror that was starting or stopped: no latency samples.
-        opened = self.canary.open(tp.partition, arrival_ms)
-        pairs = [(r, c) for r, c in ((r, self._decode(r)) for r in records) if c is not None]
-        decoded = [c for _r, c in pairs]
+        opened = self.canary.open(tp.partition, arrivals[0][1])
+        decoded = [(r, c, at) for r, c, at in ((r, self._decode(r), at) for r, at in arrivals)
+                   if c is not None]
         to = records[-1].offset + 1
         await app.send({"kind": "canary", "flow": self.flow_name, "partition": tp.partition,
-                        "from": start, "to": to, "at": arrival_ms, "since": opened,
+                        "from": start, "to": to, "at": arrivals[-1][1], "since": opened,
                         "window": self.canary.window_ms,
-                        "records": [[c.session, c.sequence, c.sent_ms] for c in decoded]})
+                        "records": [[c.session, c.sequence, c.sent_ms, at]
+                                    for _r, c, at in decoded]})
         if not await self._applied(app, tp.partition, to):
             log.info("canary %s: state moved elsewhere; re-reading from the table's position",
                      self.flow_name)
             state = app.canary_state(self.flow_name, tp.partition)
             consumer.seek(tp, start if state is None else int(state["next"]))
             return
-        for record, canary in pairs:
-            self.canary.seen(canary)
-            self._arrival_span(record, canary, arrival_ms)
+        for record, canary, at in decoded:
+            self._arrival_span(record, canary, at)
 
     def _arrival_span(self, record: Any, canary: CanaryRecord, arrival_ms: int) -> None:
         """The canary's arrival, in the trace its sender started (the replicator copies
@@ -281,16 +316,14 @@ class CanaryReader(Retrying):
         span.end()
 
     async def _applied(self, app: AuditApp, partition: int, to: int) -> bool:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + APPLY_TIMEOUT_S
-        while loop.time() < deadline:
+        def done() -> bool:
             state = app.canary_state(self.flow_name, partition)
-            if state is not None and int(state["next"]) == to:
-                return True
-            await asyncio.sleep(0.01)
-        return False
+            return state is not None and int(state["next"]) == to
+
+        return await app.wait_applied(done, APPLY_TIMEOUT_S)
 
     def _decode(self, record: Any) -> CanaryRecord | None:
+        """The canary `record` holds; None (reported once) if it is not one."""
         try:
             return CanaryRecord.decode(record.value)
         except WireFormatError as exc:
