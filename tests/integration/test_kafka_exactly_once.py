@@ -154,7 +154,9 @@ async def test_a_transactional_source_with_aborted_transactions_reaches_the_targ
         tmp_path: Path) -> None:
     topic, remote = f"{unique}-txsrc", f"primary.{unique}-txsrc"
     await ready_topic(primary.bootstrap, topic, PARTITIONS)
-    config = eos_config(primary, backup, topic, unique) + \
+    # The batch path whatever the source's batch sizes: its batches are written inside the
+    # flow's transactions, with the transactional bit and the transactional producer's id.
+    config = eos_config(primary, backup, topic, unique, **{"mirrorline.batch.path": "on"}) + \
         "primary.consumer.isolation.level = read_committed\n"
     n, aborted = await transactions(primary.bootstrap, topic, f"{unique}-src", 0, 30)
     committed = await read_all(primary.bootstrap, topic)
