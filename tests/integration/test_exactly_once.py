@@ -248,8 +248,10 @@ async def test_worker_hand_over_after_sigkill_copies_nothing_twice(
         await admin.CreateFlow(admin_pb2.CreateFlowRequest(spec=flow_spec(a, b, topic)))
         produced = 0
         for victim, heir in (("w1", "w2"), ("w2", "w3")):
-            produced = await burst(primary.bootstrap, topic, produced, BURST // 2)
+            # Counted before the burst: on the batch path the owner can copy a whole burst
+            # before a count taken after it, and the target would then never grow past it.
             copied = await target_total(backup, remote)
+            produced = await burst(primary.bootstrap, topic, produced, BURST // 2)
             await grows_past(backup, remote, copied + 3000)
             await d.worker(heir)
             await d.workers[victim].signal(signal.SIGKILL)  # mid-burst
