@@ -442,19 +442,25 @@ async def test_a_fenced_worker_lets_go_only_when_nothing_it_sent_can_land_later(
         target = durable.cluster
         a, b = aliases()
         remote = f"{a}.{topic}"
+        # Small source batches fetched a couple of KiB at a time, produced while the copy
+        # runs: the copy is still under way when the target is killed, whichever path it
+        # takes (a burst produced first is copied as whole batches before it could be).
         config = deployment_config({a: primary, b: target},  # home cluster: the source
-                                   **{f"{b}_producer_batch_size": str(BATCH_BYTES)})
+                                   **{f"{b}_producer_batch_size": str(BATCH_BYTES),
+                                      f"{a}_consumer_max_partition_fetch_bytes": "2048"})
         async with deployment(config, tmp_path, lease_ms=2000) as d:
             await d.controller("c1")
             await d.worker("w1")
             admin = d.admin(await d.leader())
             await admin.CreateFlow(admin_pb2.CreateFlowRequest(
                 spec=flow_spec(a, b, topic)))
-            produced = await burst(primary.bootstrap, topic, 0, BURST // 4)
+            producing = asyncio.create_task(burst(primary.bootstrap, topic, 0, BURST // 4,
+                                                  batch_bytes=2048))
             await grows_past(target, remote, 2000)
             # Killed, not stopped: the client keeps its batches in flight and retries
             # them until they expire -- exactly what a fenced worker must cancel.
             await durable.stop(kill=True)
+            produced = await producing
             # The controller stops answering: w1 fences itself and lets go; after the
             # lease the partitions go to whoever heartbeats.
             await d.controllers["c1"].signal(signal.SIGSTOP)
