@@ -109,9 +109,10 @@ class ClusterAdmin:
         }
 
     async def wait_visible(self, names: Iterable[str], timeout: float = CREATED_VISIBLE_S
-                           ) -> set[str]:
+                           ) -> dict[str, int]:
         """Wait until the cluster's metadata shows every topic of `names` with a leader for
-        each partition, at most `timeout` seconds; the names it shows by then.
+        each partition, at most `timeout` seconds; the partition count of each it shows by
+        then (as `topic_partitions` gives it).
 
         A CreateTopics answer means the controller created the topic, not that the broker
         answering the next Metadata request knows it yet: under KRaft each broker applies
@@ -119,19 +120,19 @@ class ClusterAdmin:
         topics created at once). A topic just created may therefore be missing, or have no
         leader, in the next answer."""
         wanted = set(names)
-        seen: set[str] = set()
+        seen: dict[str, int] = {}
         if not wanted:
             return seen
         deadline = asyncio.get_running_loop().time() + timeout
         pause = 0.05
         while True:
             topics = await self._client.describe_topics(None)  # see topic_partitions
-            seen = {t["topic"] for t in topics
+            seen = {t["topic"]: len(t["partitions"]) for t in topics
                     if t["topic"] in wanted and t["error_code"] == 0 and t["partitions"]
                     and all(p["error_code"] == 0 and p["leader"] >= 0
                             for p in t["partitions"])}
             left = deadline - asyncio.get_running_loop().time()
-            if seen == wanted or left <= 0:
+            if seen.keys() == wanted or left <= 0:
                 return seen
             await asyncio.sleep(min(pause, left))
             pause = min(pause * 2, 0.5)

@@ -73,8 +73,7 @@ class TopicDiscovery:
             # A topic just created may not be in the target's next metadata answer yet:
             # wait for it (briefly), or it would be copied only a refresh interval later.
             created = [remote[t] for t in missing if t not in result.problems]
-            visible = await self._target.wait_visible(created)
-            existing.update(await self._target.topic_partitions(visible))
+            existing.update(await self._target.wait_visible(created))
             result.pending = {t for t in missing
                               if t not in result.problems and remote[t] not in existing}
         for topic, count in selected.items():
