@@ -101,8 +101,8 @@ class BatchFetcher:
         #: The source's high watermark per partition, from the latest answer.
         self.highwater: dict[TopicPartition, int] = {}
         self._choosers: dict[TopicPartition, PathChooser] = {}
+        #: Fetches under way and the partitions each covers.
         self._tasks: dict[asyncio.Task[_Answer], frozenset[TopicPartition]] = {}
-        self._covered: set[TopicPartition] = set()
         self._retry_at: dict[TopicPartition, float] = {}
         self._attempt = 0
         self._topics: set[str] = set()
@@ -116,7 +116,6 @@ class BatchFetcher:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
-        self._covered.clear()
 
     def track(self, topics: set[str]) -> None:
         """Keep the client's metadata to `topics` (the consumer is never assigned here, and
@@ -143,9 +142,7 @@ class BatchFetcher:
             await asyncio.sleep(0)  # a fetch is a point where other tasks run, as ever
         out = FetchRound()
         for task in [t for t in self._tasks if t.done()]:
-            partitions = self._tasks.pop(task)
-            self._covered.difference_update(partitions)
-            self._settle(task, partitions, out)
+            self._settle(task, self._tasks.pop(task), out)
         return out
 
     def _next_retry(self) -> float:
@@ -157,9 +154,10 @@ class BatchFetcher:
         now = time.monotonic()
         cluster: Any = self._client.cluster
         by_leader: dict[int, dict[TopicPartition, int]] = defaultdict(dict)
+        covered: set[TopicPartition] = set().union(*self._tasks.values())
         unknown = False
         for tp, pump in list(self._pumps.items()):
-            if tp in self._covered or not wanted(pump) or self._retry_at.get(tp, 0.0) > now:
+            if tp in covered or not wanted(pump) or self._retry_at.get(tp, 0.0) > now:
                 continue
             leader = cluster.leader_for_partition(tp)
             if leader is None or leader < 0:
@@ -172,7 +170,6 @@ class BatchFetcher:
         for leader, positions in by_leader.items():
             task = asyncio.ensure_future(self._fetch_from(leader, positions))
             self._tasks[task] = frozenset(positions)
-            self._covered.update(positions)
 
     async def _fetch_from(self, leader: int, positions: dict[TopicPartition, int]) -> _Answer:
         fetched = await self._raw.fetch_from(

@@ -19,7 +19,6 @@ import enum
 import functools
 import logging
 from collections.abc import Collection, Mapping
-from typing import Any
 
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.errors import InvalidProducerEpoch, OutOfOrderSequenceNumber, UnknownProducerId
@@ -167,7 +166,7 @@ class FlowReplicator:
                 poll_timeout_ms=self.flow.consumer_poll_timeout_ms,
                 stall_after_s=(pkw.get("request_timeout_ms", DEFAULT_REQUEST_TIMEOUT_MS) / 1000
                                if pkw.get("enable_idempotence") else None),
-                on_stalled=self._send_stalled, fetch_waiters=self._fetch_waiters)
+                on_stalled=self._send_stalled, fetch_waiters=traffic.fetch_waiters)
         self._tasks.append(asyncio.create_task(self._delivery.run(), name=f"{self.name} copy"))
         self._tasks.append(asyncio.create_task(checker.run(), name=f"{self.name} check"))
         self._tasks.append(asyncio.create_task(traffic.watch(
@@ -197,10 +196,6 @@ class FlowReplicator:
                 max_request_size=int(clients.producer_kwargs.get("max_request_size",
                                                                  1048576)),
                 backoff=self._backoff)
-
-    def _fetch_waiters(self) -> list[asyncio.Future[Any]]:
-        fetcher = self._traffic.fetcher
-        return fetcher.waiters() if fetcher is not None else []
 
     async def stop(self) -> None:
         """Finish batches in flight, persist progress and offset syncs, close clients."""

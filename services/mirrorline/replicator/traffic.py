@@ -24,6 +24,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError, OffsetOutOfRangeError
@@ -100,6 +101,10 @@ class FlowTraffic:
         for tp in wanted:
             consumer.seek(tp, self._pumps[tp].fetch_position)
         consumer.resume(*(tp for tp in wanted if tp not in self.throttled))
+
+    def fetch_waiters(self) -> list[asyncio.Future[Any]]:
+        """The batch path's fetches under way (the delivery loop wakes when one ends)."""
+        return self.fetcher.waiters() if self.fetcher is not None else []
 
     def highwater(self, tp: TopicPartition) -> int | None:
         """The source's high watermark from the latest fetch answer (None: none yet)."""
