@@ -152,6 +152,14 @@ async def test_a_silent_target_is_checked_after_the_request_timeout_and_copied_o
                 # case in which aiokafka would retry a batch unseen for good.
                 await consume_all(direct, remote, expected=1)
 
+                # ... and acknowledged: a record on the target whose acknowledgement is
+                # still on its way would be sent again unchecked once silenced.
+                async def acknowledged() -> bool:
+                    status = await proc.replicator_status()
+                    return any(p.next_offset >= 1 for p in status.partitions
+                               if p.source_topic == topic)
+                await wait_for(acknowledged, 30, "the first record was never acknowledged")
+
                 proxy.go_silent()
                 await produce(primary.bootstrap, topic, [Record(b"second", key=b"2")])
 
