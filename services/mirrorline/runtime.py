@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import gc
 import logging
 import os
@@ -26,6 +27,7 @@ from typing import Any, Protocol
 from mirrorline import logsecrets
 from mirrorline.kafka.autocreate import forbid_auto_creation
 from mirrorline.kafka.causes import quiet_aiokafka
+from mirrorline.kafka.produce_request import encode_produce_requests_flat
 
 log = logging.getLogger(__name__)
 
@@ -157,6 +159,36 @@ def tune_gc() -> None:
     gc.freeze()
 
 
+#: glibc's `mallopt` parameters (malloc.h) and the values `tune_malloc` gives them.
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+MALLOC_MMAP_THRESHOLD = 32 << 20
+MALLOC_TRIM_THRESHOLD = 64 << 20
+
+
+def tune_malloc() -> bool:
+    """Keep freed memory for the next fetch or produce request instead of returning it.
+
+    Fetch responses and produce requests are buffers of a megabyte or more, made and freed
+    many times a second. glibc serves them from fresh `mmap`s or trims its heap as soon as
+    they are freed, so every such buffer is new memory, and the kernel faults in and zeroes
+    it page by page: in a profile of the batch path at 1 KiB records, building a produce
+    request cost 2.5-4 µs per KiB with glibc's defaults and 0.15 µs with these thresholds.
+    Allocations up to `MALLOC_MMAP_THRESHOLD` come from the heap, and up to
+    `MALLOC_TRIM_THRESHOLD` of free heap is kept (at most that much more resident memory).
+    Only on glibc; `MIRRORLINE_MALLOC_TUNING=0` keeps its defaults. True when applied.
+    """
+    if os.environ.get("MIRRORLINE_MALLOC_TUNING", "1") == "0":
+        return False
+    try:
+        libc = ctypes.CDLL(None)
+        mallopt = libc.mallopt
+        libc.gnu_get_libc_version  # noqa: B018 -- glibc only: musl's mallopt ignores these
+    except (OSError, AttributeError):
+        return False
+    return bool(mallopt(_M_MMAP_THRESHOLD, MALLOC_MMAP_THRESHOLD)
+                and mallopt(_M_TRIM_THRESHOLD, MALLOC_TRIM_THRESHOLD))
+
+
 def run_service(factory: Callable[[], Service]) -> int:
     """Build and serve a service; returns the process exit status.
 
@@ -165,6 +197,8 @@ def run_service(factory: Callable[[], Service]) -> int:
     `CANCEL_BUDGET_S` instead of being waited for without limit.
     """
     tune_gc()
+    tune_malloc()
+    encode_produce_requests_flat()
     forbid_auto_creation()  # a deleted topic must stay deleted, whatever the broker allows
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)

@@ -27,7 +27,7 @@ class SourceBatchBuilder:
         self._count = batch.header.record_count
         self._transactional = transactional
         self._state = (-1, -1, -1)
-        self._buffer: bytes | None = None
+        self._buffer: bytearray | None = None
 
     # -- what aiokafka's BatchBuilder offers its callers --------------------------------
     def append(self, **_record: object) -> None:
@@ -52,10 +52,10 @@ class SourceBatchBuilder:
         self._state = (producer_id, producer_epoch, base_sequence)
         self._buffer = None
 
-    def _build(self) -> bytes:
+    def _build(self) -> bytearray:
         if self._buffer is None:
             producer_id, epoch, sequence = self._state
-            self._buffer = bytes(rewrite(self._batch, producer_id=producer_id,
-                                         producer_epoch=epoch, base_sequence=sequence,
-                                         transactional=self._transactional))
+            self._buffer = rewrite(self._batch, producer_id=producer_id,
+                                   producer_epoch=epoch, base_sequence=sequence,
+                                   transactional=self._transactional)
         return self._buffer

@@ -3,7 +3,8 @@
 One group-less consumer per owner, fetching only while it reads: each call seeks every
 asked partition to its offset and takes the first record a fetch brings back (a small
 fetch: `max_partition_fetch_bytes` keeps it to about one record batch per partition, and
-all partitions led by one broker share one request). Between calls every partition is
+all partitions led by one broker share one request; a broker still sends a whole first
+batch, and only its first record is decoded). Between calls every partition is
 paused, so the consumer fetches nothing in the background.
 
 An owner that does not fetch its partitions itself (the Spark executor: its reading
@@ -90,7 +91,10 @@ class OldestRecords:
             deadline = time.monotonic() + wait_s
             while len(out.timestamps) < len(offsets) and time.monotonic() < deadline:
                 left = [tp for tp in offsets if tp not in out.timestamps]
-                batches = await consumer.getmany(*left, timeout_ms=max(
+                # One record per call: aiokafka decodes a fetched batch record by record
+                # as they are taken, so the rest of a batch of thousands (a partition far
+                # behind) is never decoded.
+                batches = await consumer.getmany(*left, max_records=1, timeout_ms=max(
                     1, int((deadline - time.monotonic()) * 1000)))
                 for tp, records in batches.items():
                     first = next((r for r in records if r.offset >= offsets[tp]), None)
