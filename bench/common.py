@@ -266,7 +266,10 @@ def make_payloads(records: int, size: int, seed: int = 7) -> list[Payload]:
     Generated up front so that seeding measures the producer, not the generator.
     """
     rng = random.Random(seed)
-    blob = base64.b64encode(rng.randbytes(records * size * 3 // 4 + 3))
+    # In pieces: `randbytes` of more than 256 MiB overflows (it draws n * 8 bits at once).
+    raw, piece = records * size * 3 // 4 + 3, 3 << 26
+    blob = b"".join(base64.b64encode(rng.randbytes(min(piece, raw - at)))
+                    for at in range(0, raw, piece))
     return [
         (b"%010d" % i, blob[i * size:(i + 1) * size])
         for i in range(records)
