@@ -4,6 +4,7 @@ checks, offsets-topic record checks, and client settings checked before anything
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import pytest
 
@@ -189,3 +190,73 @@ async def test_a_stop_given_up_on_leaves_no_unretrieved_error_behind() -> None:
     finally:
         loop.set_exception_handler(previous)
     assert unretrieved == []
+
+
+async def test_one_shot_reads_of_an_unreachable_cluster_leave_no_unclosed_client() -> None:
+    """While the target was down, every check of it (the high watermarks read before a
+    failed batch is sent again) left a consumer whose start had failed unclosed, and
+    aiokafka logged `ERROR Unclosed AIOKafkaConsumer` each time. Nothing listens on the
+    port used here: a cluster that is down, for real."""
+    import asyncio
+    import gc
+    import socket
+
+    from aiokafka.errors import KafkaConnectionError
+
+    from mirrorline.kafka.heartbeats import newest_heartbeats
+    from mirrorline.kafka.watermarks import high_watermarks
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{probe.getsockname()[1]}"
+    kwargs = {"bootstrap_servers": address, "request_timeout_ms": 1000}
+    reported: list[dict[str, object]] = []
+    loop = asyncio.get_running_loop()
+    previous = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _loop, context: reported.append(context))
+    try:
+        with pytest.raises(KafkaConnectionError):
+            await high_watermarks(kwargs, ["orders"])
+        with pytest.raises(KafkaConnectionError):
+            await newest_heartbeats("backup", kwargs, ["heartbeats"])
+        gc.collect()
+        await asyncio.sleep(0)
+    finally:
+        loop.set_exception_handler(previous)
+    assert [c.get("message") for c in reported] == []
+
+
+async def test_an_aborted_producer_leaves_no_unretrieved_error_behind() -> None:
+    """After a send was aborted (a silent target), the replicator logged `ERROR Future
+    exception was never retrieved` with a traceback when it exited: a batch not sent yet
+    also fails its drain waiter, which nobody awaits. The producer is aiokafka's, never
+    started (no cluster is needed to queue a batch)."""
+    import asyncio
+    import gc
+
+    from aiokafka import AIOKafkaProducer
+    from aiokafka.structs import TopicPartition
+
+    from mirrorline.kafka.producer_abort import SendAborted, abort_producer
+
+    reported: list[dict[str, object]] = []
+    loop = asyncio.get_running_loop()
+    previous = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _loop, context: reported.append(context))
+    try:
+        producer = AIOKafkaProducer(bootstrap_servers="127.0.0.1:9")
+        builder = producer.create_batch()
+        builder.append(key=None, value=b"v", timestamp=None)
+        inner: Any = producer
+        delivered = await inner._message_accumulator.add_batch(
+            builder, TopicPartition("orders", 0), 1.0)
+        await abort_producer(producer, "the target acknowledged no batch for 2s")
+        with pytest.raises(SendAborted):
+            await delivered
+        del delivered, builder, producer, inner
+        gc.collect()
+        await asyncio.sleep(0)
+        gc.collect()
+    finally:
+        loop.set_exception_handler(previous)
+    assert [c.get("message") for c in reported] == []

@@ -136,8 +136,8 @@ async def newest_heartbeats(alias: str, consumer_kwargs: Mapping[str, Any],
                             topics: Iterable[str]) -> dict[str, int | None]:
     """One-shot: the newest heartbeat timestamp of each topic."""
     reader = NewestHeartbeats(alias, consumer_kwargs)
-    await reader.start()
-    try:
+    try:  # stopped also after a failed start (see `stop`)
+        await reader.start()
         return await reader.refresh(topics)
     finally:
         await reader.stop()

@@ -63,6 +63,9 @@ async def abort_producer(producer: AIOKafkaProducer, reason: str) -> None:
     failed = list(accumulator._pending_batches)
     accumulator.fail_all(SendAborted(reason))
     for batch in failed:  # whoever awaits them sees the error; nobody else must warn
-        if batch.future.done() and not batch.future.cancelled():
-            batch.future.exception()
+        # A batch not drained yet also fails its drain waiter, which nobody awaits unless
+        # a send was queueing behind it: asyncio logged it at exit, with a traceback.
+        for future in (batch.future, batch._drain_waiter):
+            if future.done() and not future.cancelled():
+                future.exception()
     log.debug("producer aborted: %s", reason)

@@ -23,8 +23,8 @@ async def high_watermarks(consumer_kwargs: Mapping[str, Any], topics: Iterable[s
                   max_partition_fetch_bytes=1024)
     kwargs.pop("group_id", None)
     consumer = AIOKafkaConsumer(**kwargs)
-    await consumer.start()
-    try:
+    try:  # closed also after a failed start: it holds a client (aiokafka logs it unclosed)
+        await consumer.start()
         known = await partitions_by_topic(consumer, topics)
         tps = [TopicPartition(t, p) for t, partitions in known.items() for p in partitions]
         if not tps:
