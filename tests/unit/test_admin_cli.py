@@ -118,7 +118,9 @@ def status_report() -> admin_pb2.StatusReport:
                 flow="a->b", source_topic="orders", target_topic="a.orders", partition=1,
                 source_end_offset=-1, next_offset=40, lag_records=-1, lag_ms=-1,
                 state=flows_pb2.PARTITION_STATE_STARTING, worker_id="w-2",
-                copy_path="records", copy_path_reason="source batches average 1.0 records"),
+                copy_path="records", copy_path_reason=(
+                    "source batches average 1.0 records, 95 B: re-batched (batches go as "
+                    "they are from 32 records or 8192 B on average)")),
             flows_pb2.PartitionStatus(
                 flow="a->b", source_topic="orders", target_topic="a.orders", partition=0,
                 source_end_offset=1000, next_offset=850, lag_records=150, lag_ms=1234.4,
@@ -151,8 +153,8 @@ def test_status_shows_partitions_sorted_with_unknown_values_as_question_marks() 
     assert columns(lines[2]) == ["a->b", "orders", "0", "w-1", "1000", "850", "150", "1234",
                                  "error", "batches", "record too large for the target"]
     assert columns(lines[3]) == ["a->b", "orders", "1", "w-2", "?", "40", "?", "?",
-                                 "starting", "records: source batches average 1.0 records",
-                                 "-"]
+                                 "starting",
+                                 "records: source batches average 1.0 records, 95 B", "-"]
 
 
 def test_status_without_flows() -> None:

@@ -70,11 +70,16 @@ POLICY_KEY = "replication.policy.class"
 
 
 def copy_path(p: flows_pb2.PartitionStatus) -> str:
-    """How the partition is copied; why, where it is not as its batches (the default)."""
+    """How the partition is copied; why, where it is not as its batches (the default):
+    the reason up to its first explanation, which would make the column as wide as a
+    screen (`--output json` has it whole)."""
     if not p.copy_path:
         return NONE
     if p.copy_path == "records" and p.copy_path_reason:
-        return f"records: {p.copy_path_reason}"
+        reason = p.copy_path_reason
+        for cut in (": ", " (", ", which"):
+            reason = reason.split(cut, 1)[0]
+        return f"records: {reason}"
     return p.copy_path
 
 
