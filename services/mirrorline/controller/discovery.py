@@ -2,7 +2,8 @@
 
 Reuses the replicator's `TopicDiscovery` (filtering, remote topic creation, partition
 growth) with one admin client per cluster shared by all flows. Each flow is refreshed
-every `refresh.topics.interval.seconds`, and at once when it is created or changed.
+every `refresh.topics.interval.seconds`, at once when it is created or changed, and
+soon again while remote topics it created are not in the target's metadata yet.
 
 Flows are independent: each refresh runs in its own task with its own time limit, so a
 flow whose cluster hangs (a TLS client talking to a plaintext listener waits for a
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mirrorline.core.assignment import PartitionKey
+from mirrorline.core.backoff import Backoff
 from mirrorline.core.settings import FlowSettings
 from mirrorline.kafka.admin import ClusterAdmin
 from mirrorline.kafka.causes import explain, unreachable
@@ -31,6 +33,8 @@ log = logging.getLogger(__name__)
 
 #: Longest a flow's refresh may take before it counts as failed.
 REFRESH_TIMEOUT_S = 30.0
+#: Looks again at remote topics created but not visible yet: 0.2 s, 0.4 s, ... up to 10 s.
+_PENDING_BACKOFF = Backoff(maximum=10.0)
 
 
 @dataclass
@@ -43,6 +47,32 @@ class FlowTopics:
     stale: bool = True
     version: int = -1
     partitions: dict[PartitionKey, str] = field(default_factory=dict)
+    #: When to look again before the interval: remote topics were created but the target's
+    #: metadata does not show them yet (`DiscoveryResult.pending`).
+    retry_at: float | None = None
+    pending_attempts: int = 0
+
+    def due(self, now: float) -> bool:
+        """A refresh should start now. With `refresh.topics.enabled = false` only the
+        first one, a retry of a failed first one, and looks at remote topics still
+        pending are due -- or they would never be copied."""
+        if self.stale or (self.retry_at is not None and now >= self.retry_at):
+            return True
+        return (now - self.refreshed_at >= self.settings.refresh_topics_interval_s
+                and (self.settings.refresh_topics_enabled or self.result is None))
+
+    def saw(self, result: DiscoveryResult, now: float) -> float | None:
+        """Take a refresh's result; the delay before looking again at remote topics not
+        visible yet (None when there are none)."""
+        self.result = result
+        if not result.pending:
+            self.retry_at, self.pending_attempts = None, 0
+            return None
+        delay = min(_PENDING_BACKOFF.delay(self.pending_attempts),
+                    self.settings.refresh_topics_interval_s)
+        self.pending_attempts += 1
+        self.retry_at = now + delay
+        return delay
 
 
 class Discoveries:
@@ -104,8 +134,7 @@ class Discoveries:
         for name, f in self.flows.items():
             if name in paused or name in self._running:
                 continue
-            if f.stale or (now - f.refreshed_at >= f.settings.refresh_topics_interval_s
-                           and (f.settings.refresh_topics_enabled or f.result is None)):
+            if f.due(now):
                 task = asyncio.create_task(self._refresh_within(f), name=f"discover {name}")
                 self._running[name] = task
                 task.add_done_callback(functools.partial(self._refreshed, name))
@@ -139,7 +168,12 @@ class Discoveries:
             connecting = None
             policy = settings.replication_policy
             discovery = TopicDiscovery(settings, policy, source=source, target=target)
-            flow.result = await discovery.refresh()
+            delay = flow.saw(await discovery.refresh(), time.monotonic())
+            assert flow.result is not None
+            if delay is not None:
+                log.info("%s: remote topics of %s created but not yet known to %s; looking "
+                         "again in %.1fs", settings.name,
+                         ", ".join(sorted(flow.result.pending)), settings.target, delay)
             flow.error = None
             flow.partitions = {
                 PartitionKey(settings.name, topic, p): remote.name
