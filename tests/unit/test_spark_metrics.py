@@ -4,11 +4,12 @@ size limit carried to librdkafka."""
 
 from __future__ import annotations
 
+import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from mirrorline.core.rejects import rejected_record
-from mirrorline.kafka.rdkafka import rdkafka_config, rdkafka_consumer_config
+from mirrorline.kafka.rdkafka import rdkafka_consumer_config, rdkafka_producer_config
 from mirrorline.telemetry.replication import ReplicationMetrics
 
 
@@ -50,12 +51,12 @@ def test_without_a_read_time_no_record_age_is_made_up() -> None:
 
 
 def test_the_targets_record_size_limit_reaches_librdkafka() -> None:
-    assert rdkafka_config({"bootstrap.servers": "h:1", "max.request.size": "20000"})[
+    assert rdkafka_producer_config({"bootstrap.servers": "h:1", "max.request.size": "20000"})[
         "message.max.bytes"] == "20000"
     # librdkafka's floor is 1000 bytes; without the key librdkafka keeps its default.
-    assert rdkafka_config({"bootstrap.servers": "h:1", "max.request.size": "10"})[
+    assert rdkafka_producer_config({"bootstrap.servers": "h:1", "max.request.size": "10"})[
         "message.max.bytes"] == "1000"
-    assert "message.max.bytes" not in rdkafka_config({"bootstrap.servers": "h:1"})
+    assert "message.max.bytes" not in rdkafka_producer_config({"bootstrap.servers": "h:1"})
 
 
 def test_the_spark_path_reads_transactions_as_the_workers_do() -> None:
@@ -66,7 +67,7 @@ def test_the_spark_path_reads_transactions_as_the_workers_do() -> None:
     assert rdkafka_consumer_config({"bootstrap.servers": "h:1",
                                     "isolation.level": "read_committed"})[
         "isolation.level"] == "read_committed"
-    assert "isolation.level" not in rdkafka_config({"bootstrap.servers": "h:1"})
+    assert "isolation.level" not in rdkafka_producer_config({"bootstrap.servers": "h:1"})
 
 
 def test_a_refused_record_is_named_the_same_way_on_every_path() -> None:
@@ -82,3 +83,20 @@ def test_progress_offsets_fall_back_from_a_null_latest_offset() -> None:
     assert (_offsets(source["latestOffset"]) or _offsets(source["endOffset"])) == {"0:t": 50}
     assert _offsets({"1:t": 7}) == {"1:t": 7}
     assert _offsets("not json") is None and _offsets(None) is None
+
+
+def test_the_targets_codec_reaches_librdkafka() -> None:
+    """`<target>.producer.compression.type` was dropped on the way to the Spark sink, which
+    wrote uncompressed batches whatever it said (the workers compress as told)."""
+    from confluent_kafka import Producer
+
+    from mirrorline.core.errors import ConfigError
+
+    for codec in ("lz4", "zstd", "snappy", "gzip"):
+        config = rdkafka_producer_config({"bootstrap.servers": "127.0.0.1:9",
+                                          "compression.type": codec.upper()})
+        assert config["compression.type"] == codec
+        Producer(config).flush(0)  # librdkafka takes it (the wheel has every codec)
+    assert rdkafka_producer_config({"bootstrap.servers": "h:1"})["compression.type"] == "none"
+    with pytest.raises(ConfigError, match=r"compression\.type"):
+        rdkafka_producer_config({"bootstrap.servers": "h:1", "compression.type": "brotli"})

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from mirrorline.kafka.clients import consumer_kwargs
+from mirrorline.kafka.clients import consumer_kwargs, producer_kwargs
 
-__all__ = ["rdkafka_config", "rdkafka_consumer_config"]
+__all__ = ["rdkafka_consumer_config", "rdkafka_producer_config"]
 
 _PEM_KEYS = {
     "ssl.truststore.location": "ssl.ca.location",
@@ -23,13 +23,16 @@ _PEM_KEYS = {
 }
 
 
-def rdkafka_config(java: Mapping[str, str]) -> dict[str, str]:
-    """librdkafka settings to reach the cluster `java` describes.
+def rdkafka_producer_config(java: Mapping[str, str]) -> dict[str, str]:
+    """librdkafka settings of a producer to the cluster `java` describes: how to reach it,
+    and the codec of what it writes (`compression.type`, the same names in both clients).
 
     Raises ConfigError (naming the key) for anything the aiokafka translation refuses.
     """
-    kwargs, _ = consumer_kwargs(java)  # validates (SASL, SSL files, protocol) or raises
-    return _connection(java, kwargs)
+    kwargs, _ = producer_kwargs(java)  # validates (SASL, SSL files, protocol, codec) or raises
+    out = _connection(java, kwargs)
+    out["compression.type"] = str(kwargs.get("compression_type") or "none")
+    return out
 
 
 def _connection(java: Mapping[str, str], kwargs: Mapping[str, object]) -> dict[str, str]:
@@ -56,7 +59,8 @@ def _connection(java: Mapping[str, str], kwargs: Mapping[str, object]) -> dict[s
 
 
 def rdkafka_consumer_config(java: Mapping[str, str]) -> dict[str, str]:
-    """`rdkafka_config` for a consumer: also what it reads of transactions.
+    """librdkafka settings of a consumer of the cluster `java` describes: how to reach it,
+    and what it reads of transactions.
 
     `isolation.level` is the one setting that changes which records a copy holds, so both
     paths read alike: as configured, else `read_uncommitted` -- the Java client's default

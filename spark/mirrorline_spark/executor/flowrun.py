@@ -27,7 +27,7 @@ from mirrorline.core.tail_match import Verdict
 from mirrorline.kafka.acked import FlowBookkeeping
 from mirrorline.kafka.flowclients import FlowClients
 from mirrorline.kafka.oldest import OldestRecords
-from mirrorline.kafka.rdkafka import rdkafka_config, rdkafka_consumer_config
+from mirrorline.kafka.rdkafka import rdkafka_producer_config, rdkafka_consumer_config
 from mirrorline.kafka.starts import StartPlanner
 from mirrorline.telemetry.replication import PartitionMetrics, ReplicationMetrics
 from mirrorline.v1 import flows_pb2
@@ -151,7 +151,7 @@ class FlowRun:
         self.running = dict(partitions)
         return Feed(flow=self.name,
                     source=rdkafka_consumer_config(self.settings.clients.source_consumer),
-                    target=rdkafka_config(self.settings.clients.target_producer),
+                    target=rdkafka_producer_config(self.settings.clients.target_producer),
                     starts={k: self.next_offsets[k] for k in partitions},
                     topics={t: remote for (t, _), remote in partitions.items()})
 
