@@ -106,8 +106,12 @@ def token_value(key: str) -> int:
 
 
 def same_records(a: Batch, b: Batch) -> bool:
-    """The records sections of `a` and `b` are byte for byte equal."""
-    return a.data[HEADER_SIZE:] == b.data[HEADER_SIZE:]
+    """The records sections of `a` and `b` are byte for byte equal.
+
+    (Comparing two memoryviews goes item by item, about 0.2 GB/s; `bytes.startswith`
+    of equal lengths is one memcmp, over 10 GB/s.)"""
+    mine, theirs = a.data[HEADER_SIZE:], b.data[HEADER_SIZE:]
+    return len(mine) == len(theirs) and bytes(mine).startswith(theirs)
 
 
 def fold_token(deltas: dict[str, list[int]], tokens: dict[str, dict[str, int]], key: str,
