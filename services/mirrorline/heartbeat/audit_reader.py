@@ -7,11 +7,14 @@ becomes one "fold" event to the flow's `AuditApp`, which applies it only if it s
 the table's position for that partition; the reader then waits until the table shows
 the event applied, and re-reads from the table's position if it does not.
 
-Records are fetched as raw batches (`kafka/rawbatches.py`) and decoded by aiokafka's record
-code (`kafka/rawrecords.py`), not through the consumer's per-record objects, and each
-batch is folded at once (`core.record_audit.fold_records`): the audit must verify records
-at least as fast as the replicator copies them, on one core. The consumer serves for
-connecting, metadata and log starts; it is never assigned, so it fetches nothing itself.
+Records are fetched as raw batches (`kafka/rawbatches.py`) and handed to the side's
+`SideFolder` (`audit_fold.py`): a batch the batch path copied verbatim is paired with its
+source batch and verified whole, without decoding (`core.batch_audit`; the flow's two
+readers share the `Pairing` in `FlowTopics`); anything else is decoded by aiokafka's
+record code (`kafka/rawrecords.py`) and folded a batch at once
+(`core.record_audit.fold_records`): the audit must verify records at least as fast as
+the replicator copies them, per core. The consumer serves for connecting, metadata and
+log starts; it is never assigned, so it fetches nothing itself.
 
 A side reports itself *caught up* (with the wall-clock time) for every partition whose
 position reached the high watermark of the latest fetch. A partition whose remote topic
