@@ -30,27 +30,37 @@ from mirrorline.kafka.rawbatches import RawBatches
 WINDOW_MS = 60_000
 
 
-async def _read_side(client: AIOKafkaClient, folder: SideFolder, topic: str,
-                     partitions: int, records: int) -> dict[int, Cycle]:
-    raw = RawBatches(client)
-    positions = {TopicPartition(topic, p): 0 for p in range(partitions)}
-    highs: dict[TopicPartition, int] = {}
-    expected = {p: 0 for p in range(partitions)}
-    cycles = {p: Cycle() for p in range(partitions)}
-    while len(highs) < partitions or sum(highs.values()) < records or any(
-            positions[tp] < high for tp, high in highs.items()):
-        fetched = await raw.fetch(positions, max_wait_ms=100)
+class _Side:
+    """One side's reads, a fetch at a time, as an audit reader makes them."""
+
+    def __init__(self, client: AIOKafkaClient, folder: SideFolder, topic: str,
+                 partitions: int, records: int) -> None:
+        self.raw = RawBatches(client)
+        self.folder = folder
+        self.records = records
+        self.positions = {TopicPartition(topic, p): 0 for p in range(partitions)}
+        self.highs: dict[TopicPartition, int] = {}
+        self.expected = {p: 0 for p in range(partitions)}
+        self.cycles = {p: Cycle() for p in range(partitions)}
+
+    @property
+    def done(self) -> bool:
+        return len(self.highs) == len(self.positions) and \
+            sum(self.highs.values()) >= self.records and \
+            all(self.positions[tp] >= high for tp, high in self.highs.items())
+
+    async def step(self) -> None:
+        fetched = await self.raw.fetch(self.positions, max_wait_ms=100)
         now = int(time.time() * 1000)
         for tp, part in fetched.items():
             part.check(tp)
-            highs[tp] = part.high_watermark
-            name = str(tp.partition)
-            positions[tp] = folder.read(name, part.records, positions[tp], where=str(tp),
-                                        aborted=None, now_ms=now,
-                                        cycle=cycles[tp.partition])
-            expected[tp.partition] = folder.drain(name, expected[tp.partition], now,
-                                                  cycles[tp.partition], where=str(tp))
-    return cycles
+            self.highs[tp] = part.high_watermark
+            name, cycle = str(tp.partition), self.cycles[tp.partition]
+            self.positions[tp] = self.folder.read(name, part.records, self.positions[tp],
+                                                  where=str(tp), aborted=None, now_ms=now,
+                                                  cycle=cycle)
+            self.expected[tp.partition] = self.folder.drain(
+                name, self.expected[tp.partition], now, cycle, where=str(tp))
 
 
 async def verify_rate(env: BenchEnv, *, paired: bool
@@ -74,14 +84,18 @@ async def verify_rate(env: BenchEnv, *, paired: bool
                               own_tokens=lambda part: tokens[name])
 
         src, tgt = side("source"), side("target")
+        reads = [_Side(source, src, env.source_topic, env.partitions, env.records),
+                 _Side(target, tgt, env.target_topic, env.partitions, env.records)]
         cpu, wall = time.process_time(), time.perf_counter()
-        s_cycles = await _read_side(source, src, env.source_topic, env.partitions,
-                                    env.records)
-        t_cycles = await _read_side(target, tgt, env.target_topic, env.partitions,
-                                    env.records)
+        # Fetch by fetch, the source a step ahead (its records are there first).
+        while not all(reading.done for reading in reads):
+            for reading in reads:
+                if not reading.done:
+                    await reading.step()
+        s_cycles, t_cycles = reads[0].cycles, reads[1].cycles
         now = int(time.time() * 1000) + 120_000
         for p, cycle in s_cycles.items():  # anything still held: its hold is over
-            src.drain(str(p), 0, now, cycle, where=str(p))
+            src.drain(str(p), reads[0].expected[p], now, cycle, where=str(p))
         cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
         for p in s_cycles:
             s, t = s_cycles[p].deltas, t_cycles[p].deltas
