@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
+from aiokafka.record.legacy_records import LegacyRecordBatchBuilder
 
 from mirrorline.core import record_audit as audit
 from mirrorline.core.batch_audit import MIN_WHOLE_RECORDS, Pairing, batch_key
@@ -219,3 +220,16 @@ def test_small_batches_and_split_windows_are_not_whole() -> None:
     (batch,) = split(straddling).batches
     assert batch_key(batch, 0, WINDOW, 0) is None
     assert len(ok.data) > HEADER_SIZE
+
+
+def test_a_legacy_message_set_is_decoded_and_counted() -> None:
+    """Magic 1 message sets (no batch header to pair by) are read record by record: the
+    same records as magic 2 batches on the other side still give OK."""
+    builder = LegacyRecordBatchBuilder(magic=1, compression_type=0, batch_size=1 << 20)
+    for i, (key, value, _) in enumerate(records(10)):
+        builder.append(i, timestamp=BASE_TS + i, key=key, value=value)
+    legacy = bytes(builder.build())
+    plain = [at_offset(build([(k, v, []) for k, v, _ in records(10)], BASE_TS), 0)]
+    src, tgt, s, t = mirror([legacy], plain)
+    assert {v.verdict for v in judged(s, t).values()} == {Verdict.OK}
+    assert src.records == tgt.records == 10 and src.whole_batches == 0

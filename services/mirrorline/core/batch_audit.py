@@ -147,17 +147,17 @@ class State(enum.Enum):
 
 @dataclass(slots=True, eq=False)
 class Held:
-    """One source batch in the source reader's queue, in offset order."""
+    """One batch in a reader's queue, in offset order."""
 
-    batch: Batch
-    #: Offset the reader expected before this batch, where a restart re-reads from.
-    start: int
+    #: None for a legacy message set (decoded at once, into `extra`).
+    batch: Batch | None
     #: Fetch position the batch was read at (records before it are not this read's).
     position: int
     key: str | None
     window: int
     read_ms: int
     state: State
+    #: The decoded records of a legacy message set (then `batch` is None).
     extra: Any = field(default=None)
 
 
@@ -173,13 +173,13 @@ class Pairing:
         self.held_bytes = 0
 
     def hold(self, part: str, entry: Held) -> None:
-        assert entry.key is not None
+        assert entry.key is not None and entry.batch is not None
         self._held.setdefault((part, entry.key), []).append(entry)
         self.held_bytes += len(entry.batch.data)
 
     def release(self, part: str, entry: Held) -> None:
         """Drop `entry` (folded, decoded or re-read): no target batch pairs with it."""
-        if entry.key is None:
+        if entry.key is None or entry.batch is None:
             return
         found = self._held.get((part, entry.key))
         if found is None:
@@ -196,7 +196,8 @@ class Pairing:
         """Pair target `batch` (key `key`) with a pending held source batch of equal
         records, marking that one WHOLE; False when there is none."""
         for entry in self._held.get((part, key), ()):
-            if entry.state is State.PENDING and same_records(entry.batch, batch):
+            if entry.state is State.PENDING and entry.batch is not None \
+                    and same_records(entry.batch, batch):
                 entry.state = State.WHOLE
                 return True
         return False

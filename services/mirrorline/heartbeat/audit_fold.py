@@ -100,10 +100,10 @@ class SideFolder:
                cycle: Cycle) -> None:
         found = batch_key(batch, position, self.window_ms, self.first)
         if found is None:
-            queue.append(Held(batch, -1, position, None, -1, now_ms, State.DECODE))
+            queue.append(Held(batch, position, None, -1, now_ms, State.DECODE))
             return
         key, window = found
-        entry = Held(batch, -1, position, key, window, now_ms, State.DECODE)
+        entry = Held(batch, position, key, window, now_ms, State.DECODE)
         paired = self.side == "target" and self.pairing.match(part, key, batch)
         if paired or self._unmatched(part, queue, window, key, cycle):
             entry.state = State.WHOLE
@@ -127,7 +127,7 @@ class SideFolder:
         decoded = decode(records, position, where=where, aborted=aborted)
         queue = self.queues.setdefault(part, deque())
         for found in decoded.batches:
-            queue.append(Held(None, -1, position, None, -1, now_ms,  # type: ignore[arg-type]
+            queue.append(Held(None, position, None, -1, now_ms,
                               State.DECODE, found))
         return decoded.next_offset
 
@@ -151,6 +151,7 @@ class SideFolder:
 
     def _fold(self, entry: Held, expected: int, cycle: Cycle, where: str) -> int:
         if entry.state is State.WHOLE:
+            assert entry.batch is not None
             header = entry.batch.header
             assert header is not None and entry.key is not None
             if header.base_offset > expected:
