@@ -75,7 +75,7 @@ CONTENDERS: list[tuple[str, Contender]] = [
 ALIASES = {"mirrorline": ("mirrorline_batch", "mirrorline_records")}
 #: The batch path contender: a run whose target batches are not the source's says so.
 BATCH_PATH = "mirrorline_batch"
-#: The audit is measured after the first of these in a scenario (it reads the target).
+#: The audit is measured after the first of these in a scenario (it reads both sides).
 AUDITED = ("mirrorline_batch", "mirrorline_records")
 #: Kafka's codecs, in the order their scenarios run.
 CODECS = ("lz4", "zstd", "snappy", "gzip")
@@ -240,9 +240,9 @@ async def run_once(
         if name == audited:
             per_core, per_wall, before = await audit.run(env)
             AUDIT_RATES.setdefault(scenario, []).append(per_core)
-            print(f"  audit: {per_core:,.0f} records/s verified per core ({per_wall:,.0f}/s "
-                  f"wall), {per_core / (scenario.records / seconds):.2f}x {name}'s "
-                  f"rate; read through a consumer record by record: {before:,.0f}/s, "
+            print(f"  audit: {per_core:,.0f} records/s verified per core, both sides "
+                  f"({per_wall:,.0f}/s wall), {per_core / (scenario.records / seconds):.2f}x "
+                  f"{name}'s rate; decoding every record: {before:,.0f}/s, "
                   f"{before / (scenario.records / seconds):.2f}x", flush=True)
         return seconds
     finally:
@@ -512,6 +512,9 @@ def print_audit(results: list[Result]) -> None:
         rate = statistics.median(rates)
         versus = (f", {rate / replicator.records_per_s:.2f}x {replicator.contender}'s "
                   f"{replicator.records_per_s:,.0f} records/s" if replicator else "")
+        per_m = replicator.cpu_per_million if replicator else None
+        if per_m:  # the replicator's records per CPU second
+            versus += f", {rate * per_m / 1e6:.2f}x its {1e6 / per_m:,.0f} per core"
         print(f"audit {scenario.label}: {rate:,.0f} records/s verified per core{versus}")
 
 

@@ -6,10 +6,12 @@ chain of processes serves every test of the module, in order:
 
 * topology: charlie sees alpha two hops up (via bravo), with fresh heartbeats;
 * canary: latency within the SLO while the flow mirrors;
-* audit: every closed window of a normally mirrored topic is OK; a second topic is
-  "mirrored" by the test itself, with a record dropped, one duplicated and one altered
-  (a dropping, duplicating, corrupting mirror), which gives MISSING 1, DUPLICATED 1 and
-  CORRUPTED; a duplicate written directly into the real remote topic gives DUPLICATED 1;
+* audit: every closed window of a normally mirrored topic is OK, its copied batches
+  verified whole (paired with the source's, not decoded); a second topic is "mirrored"
+  by the test itself, batch for batch as the batch path copies, with a batch dropped, one
+  written twice and one byte of a value altered (a dropping, duplicating, corrupting
+  mirror), which gives MISSING, DUPLICATED and CORRUPTED with the batches' record
+  counts; a duplicate written directly into the real remote topic gives DUPLICATED 1;
 * restart: the heartbeat service is killed with SIGKILL and restarted; its windows
   resume, no verdict is lost and none is listed twice;
 * stopping the alpha->bravo replicator makes the canary VIOLATED and the alpha paths
@@ -22,6 +24,7 @@ import asyncio
 import contextlib
 import json
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -30,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.client import AIOKafkaClient, CoordinationType
 from aiokafka.errors import MemberIdRequired
@@ -46,6 +50,7 @@ from helpers import (
     create_topic,
     metric,
     produce,
+    raw_batches,
     start_cluster,
     stop_cluster,
     wait_for,
@@ -55,9 +60,11 @@ from otlp_receiver import OtlpReceiver, ReceivedSpan
 from procs import ServiceProcess, deployment, deployment_config, free_port, mm2_config
 
 from mirrorline.client import heartbeat_paths
+from mirrorline.core.batches import crc32c, rewrite, split
 from mirrorline.core.canary import CanaryRecord
 from mirrorline.core.errors import WireFormatError
 from mirrorline.dev.brokers import LocalBroker
+from mirrorline.kafka.rawbatches import RawBatches
 from mirrorline.v1 import admin_pb2_grpc, heartbeat_pb2
 
 pytestmark = pytest.mark.integration
@@ -313,8 +320,9 @@ async def test_audit_ok_while_mirroring_and_faults_with_counts(chain: Chain) -> 
     alpha, bravo = chain.bootstrap("alpha"), chain.bootstrap("bravo")
     # A window a few seconds ahead, so that the audit (started already) covers it whole.
     base = (int(time.time() * 1000) // WINDOW_MS + 3) * WINDOW_MS
+    # Batches of 20 records a partition: the replicator copies them as they are.
     mirrored = [Record(f"m{i}".encode(), key=f"k{i}".encode(), partition=i % 2,
-                       headers=[("h", b"1")], timestamp_ms=base + i) for i in range(20)]
+                       headers=[("h", b"1")], timestamp_ms=base + i) for i in range(40)]
     await produce(alpha, chain.topic, mirrored)
     # A duplicate written straight into the real remote topic, in a window of its own.
     extra = Record(b"dup", key=b"kd", partition=0, timestamp_ms=base + 2 * WINDOW_MS)
@@ -322,15 +330,16 @@ async def test_audit_ok_while_mirroring_and_faults_with_counts(chain: Chain) -> 
     await consume_all(bravo, f"alpha.{chain.topic}", expected=1)  # mirroring runs
     await produce(bravo, f"alpha.{chain.topic}", [extra])
 
-    # The test's own faulty "mirror" of the second topic.
+    # The test's own faulty "mirror" of the second topic, batch for batch as the batch
+    # path copies: partition 0 loses its last batch, partition 1 gets its first twice,
+    # partition 2's first has one byte of a value altered (its CRC made to fit).
     source = [Record(f"p{p}-{i}".encode(), key=f"k{i}".encode(), partition=p,
-                     timestamp_ms=base + 10 * p + i) for p in range(3) for i in range(5)]
+                     timestamp_ms=base + 10 * p + i) for p in range(3) for i in range(12)]
     await produce(alpha, chain.faked, source)
-    copy = [r for r in source if (r.partition, r.value) != (0, b"p0-3")]          # dropped
-    copy.append(next(r for r in source if r.partition == 1))                       # repeated
-    copy = [Record(b"altered", key=r.key, partition=r.partition, timestamp_ms=r.timestamp_ms)
-            if (r.partition, r.value) == (2, b"p2-4") else r for r in copy]        # altered
-    await produce(bravo, f"alpha.{chain.faked}", copy)
+    lost = await _copy_batches(alpha, bravo, chain.faked, drop_last=True, partition=0)
+    repeated = await _copy_batches(alpha, bravo, chain.faked, repeat_first=True,
+                                   partition=1)
+    await _copy_batches(alpha, bravo, chain.faked, alter_first=True, partition=2)
 
     async def judged() -> bool:
         real = _verdicts(await chain.audit("alpha->bravo", chain.topic))
@@ -343,7 +352,8 @@ async def test_audit_ok_while_mirroring_and_faults_with_counts(chain: Chain) -> 
     assert real[(0, base)] == "OK" and real[(1, base)] == "OK"
     assert real[(0, base + 2 * WINDOW_MS)] == "DUPLICATED 1"
     fake = _verdicts(await chain.audit("alpha->bravo", chain.faked))
-    assert fake == {(0, base): "MISSING 1", (1, base): "DUPLICATED 1", (2, base): "CORRUPTED"}
+    assert fake == {(0, base): f"MISSING {lost}", (1, base): f"DUPLICATED {repeated}",
+                    (2, base): "CORRUPTED"}
     # Everything else the audit judged on the mirrored topic (canary, heartbeats) is OK.
     others = {k: v for k, v in real.items() if k != (0, base + 2 * WINDOW_MS)}
     assert set(others.values()) == {"OK"}
@@ -354,12 +364,47 @@ async def test_audit_ok_while_mirroring_and_faults_with_counts(chain: Chain) -> 
     windows = json.loads(shown.stdout)["windows"]
     assert sorted(w["verdict"] for w in windows) == ["CORRUPTED", "DUPLICATED", "MISSING"]
     totals = (await chain.audit("alpha->bravo")).totals
-    # Duplicates: one in `orders`, one in `payments`, and the junk record the topology
-    # test wrote straight into the remote canary topic.
-    assert totals.missing_records == 1 and totals.duplicated_records == 3
+    # Duplicates: one in `orders`, a batch in `payments`, and the junk record the
+    # topology test wrote straight into the remote canary topic.
+    assert totals.missing_records == lost and totals.duplicated_records == repeated + 2
     metrics = await chain.heartbeat.scrape()
     assert metric(metrics, "audit_windows_total", source="alpha", target="bravo",
                   verdict="CORRUPTED") == 1.0
+    # The replicator's copies of `orders` (two batches of 20) and the intact copies of
+    # `payments` were verified whole on both sides, without decoding their records.
+    for side in ("source", "target"):
+        whole = metric(metrics, "audit_whole_batches_total", source="alpha", target="bravo",
+                       side=side)
+        assert whole is not None and whole >= 2, (side, whole)
+
+
+async def _copy_batches(source: str, target: str, topic: str, *, partition: int,
+                        drop_last: bool = False, repeat_first: bool = False,
+                        alter_first: bool = False) -> int:
+    """Copy `topic`-`partition` to its remote topic batch by batch, as the batch path does
+    (`rewrite`: a producer's header, the records section as it is), with the fault asked
+    for; returns the record count of the batch dropped or repeated."""
+    batches = [b for data in await raw_batches(source, topic, partition)
+               for b in split(data).batches]
+    counts = [b.header.record_count for b in batches if b.header is not None]
+    copies = [bytearray(rewrite(b)) for b in batches]
+    if drop_last:
+        copies.pop()
+    if repeat_first:
+        copies.append(bytearray(copies[0]))
+    if alter_first:
+        at = copies[0].index(f"p{partition}-".encode())
+        copies[0][at] ^= 0x01
+        struct.pack_into(">I", copies[0], 17, crc32c(memoryview(copies[0])[21:]))
+    client = AIOKafkaClient(bootstrap_servers=target)
+    await client.bootstrap()
+    try:
+        raw = RawBatches(client)
+        for data in copies:
+            await raw.produce(TopicPartition(f"alpha.{topic}", partition), data)
+    finally:
+        await client.close()
+    return counts[-1] if drop_last else counts[0] if repeat_first else 0
 
 
 async def _repeat_a_canary(chain: Chain, record: Record | None = None) -> Record:

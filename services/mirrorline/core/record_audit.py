@@ -222,20 +222,31 @@ class Side:
     windows before it lost records to retention before they were read; -1 if none),
     ``top`` (highest record timestamp read; -1 if none) and ``held`` (windows whose
     target was short when they were complete, see `settle`: {start: [held since ms,
-    target count then, count reported MISSING or 0]}, the same on both sides).
+    target count then, count reported MISSING or 0]}, the same on both sides) and ``b``
+    (per open window, the keys of batches folded whole and how often: {start: {key: n}},
+    see `core.batch_audit`).
     """
 
     @staticmethod
     def new(next_offset: int, first_window: int) -> dict[str, Any]:
         return {"next": next_offset, "windows": {}, "caught": -1, "judged": first_window,
-                "late": 0, "truncated": -1, "top": -1, "held": {}}
+                "late": 0, "truncated": -1, "top": -1, "held": {}, "b": {}}
 
     @staticmethod
     def fold(state: dict[str, Any], deltas: dict[str, list[int]], next_offset: int,
-             caught_ms: int, late: int = 0, truncated: int = -1, top: int = -1) -> None:
-        """Add a batch's per-window (count, checksum) and advance the position."""
+             caught_ms: int, late: int = 0, truncated: int = -1, top: int = -1,
+             tokens: dict[str, dict[str, int]] | None = None) -> None:
+        """Add a batch's per-window (count, checksum) and advance the position; `tokens`
+        are the keys of the batches among them folded whole, per window."""
         windows: dict[str, list[int]] = state["windows"]
         held: dict[str, list[int]] = state.setdefault("held", {})
+        folded: dict[str, dict[str, int]] = state.setdefault("b", {})
+        for start, keys in (tokens or {}).items():
+            if int(start) < state["judged"] and start not in held:
+                continue
+            mine = folded.setdefault(start, {})
+            for key, times in keys.items():
+                mine[key] = mine.get(key, 0) + times
         for start, (count, total) in deltas.items():
             if int(start) < state["judged"] and start not in held:
                 state["late"] += count
@@ -280,6 +291,8 @@ def close(source: dict[str, Any], target: dict[str, Any], start: int,
     key = str(start)
     s = source["windows"].pop(key, [0, 0])
     t = target["windows"].pop(key, [0, 0])
+    for side in (source, target):
+        side.get("b", {}).pop(key, None)
     truncated = source["truncated"] >= 0 and start < source["truncated"]
     for side in (source, target):
         side["judged"] = max(side["judged"], start + window_ms)
@@ -326,6 +339,7 @@ def settle(source: dict[str, Any], target: dict[str, Any], now_ms: int, *, windo
         for side in (source, target):
             side["windows"].pop(key, None)
             side["held"].pop(key, None)
+            side.get("b", {}).pop(key, None)
 
     for start in closable(source, target, window_ms=window_ms, grace_ms=grace_ms):
         key = str(start)

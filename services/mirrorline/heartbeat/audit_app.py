@@ -358,6 +358,12 @@ class AuditApp:
         state = self.table.get(_part_key(flow, side, part))
         return None if state is None else int(state["next"])
 
+    def tokens(self, flow: str, side: str, part: str) -> dict[str, dict[str, int]]:
+        """The keys of batches `side` folded whole per open window (`core.batch_audit`)."""
+        state = self.table.get(_part_key(flow, side, part))
+        found = None if state is None else state.get("b")
+        return found if isinstance(found, dict) else {}
+
     def late(self, flow: str) -> int:
         prefix = f"{flow}|"
         return sum(int(v["late"]) for k, v in list(self.table.items())
@@ -431,7 +437,7 @@ class AuditApp:
                 continue  # stale or replayed: the reader re-reads from state["next"]
             Side.fold(state, data["d"], int(data["to"]), int(data["caught"]),
                       int(data.get("late", 0)), int(data.get("truncated", -1)),
-                      int(data.get("top", -1)))
+                      int(data.get("top", -1)), data.get("b"))
             self.table[key] = state
 
     async def _judge(self) -> None:

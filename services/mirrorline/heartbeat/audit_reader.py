@@ -7,11 +7,14 @@ becomes one "fold" event to the flow's `AuditApp`, which applies it only if it s
 the table's position for that partition; the reader then waits until the table shows
 the event applied, and re-reads from the table's position if it does not.
 
-Records are fetched as raw batches (`kafka/rawbatches.py`) and decoded by aiokafka's record
-code (`kafka/rawrecords.py`), not through the consumer's per-record objects, and each
-batch is folded at once (`core.record_audit.fold_records`): the audit must verify records
-at least as fast as the replicator copies them, on one core. The consumer serves for
-connecting, metadata and log starts; it is never assigned, so it fetches nothing itself.
+Records are fetched as raw batches (`kafka/rawbatches.py`) and handed to the side's
+`SideFolder` (`audit_fold.py`): a batch the batch path copied verbatim is paired with its
+source batch and verified whole, without decoding (`core.batch_audit`; the flow's two
+readers share the `Pairing` in `FlowTopics`); anything else is decoded by aiokafka's
+record code (`kafka/rawrecords.py`) and folded a batch at once
+(`core.record_audit.fold_records`): the audit must verify records at least as fast as
+the replicator copies them, per core. The consumer serves for connecting, metadata and
+log starts; it is never assigned, so it fetches nothing itself.
 
 A side reports itself *caught up* (with the wall-clock time) for every partition whose
 position reached the high watermark of the latest fetch. A partition whose remote topic
@@ -23,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -31,10 +33,11 @@ from typing import Any, Literal
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from mirrorline.core import record_audit as audit
+from mirrorline.core.batch_audit import Pairing
 from mirrorline.core.filters import TopicFilter, should_replicate_topic
 from mirrorline.core.settings import FlowSettings
 from mirrorline.heartbeat.audit_app import AuditApp, cadence_s
+from mirrorline.heartbeat.audit_fold import Cycle, SideFolder
 from mirrorline.heartbeat.retrying import Retrying
 from mirrorline.kafka.causes import unreachable
 from mirrorline.kafka.metadata import partitions_by_topic
@@ -44,7 +47,6 @@ from mirrorline.kafka.rawbatches import (
     FetchedPartition,
     RawBatches,
 )
-from mirrorline.kafka.rawrecords import decode
 
 log = logging.getLogger(__name__)
 
@@ -70,10 +72,12 @@ def _now_ms() -> int:
 
 
 class FlowTopics:
-    """The flow's audited source topics and partition counts, found by the source reader."""
+    """The flow's audited source topics and partition counts, found by the source reader,
+    and the source batches it holds for the target reader to pair."""
 
     def __init__(self) -> None:
         self.partitions: dict[str, int] = {}
+        self.pairing = Pairing()
 
 
 class AuditReader(Retrying):
@@ -95,7 +99,17 @@ class AuditReader(Retrying):
         self._isolation = (READ_COMMITTED if kwargs.get("isolation_level") == "read_committed"
                            else READ_UNCOMMITTED)
         self.cluster = flow.source if side == "source" else flow.target
-        self.records = 0
+        self.folder: SideFolder | None = None
+
+    @property
+    def records(self) -> int:
+        """Records verified since start (whole or one by one)."""
+        return 0 if self.folder is None else self.folder.records
+
+    @property
+    def whole_batches(self) -> int:
+        """Batches verified whole: paired with the other side's, not decoded."""
+        return 0 if self.folder is None else self.folder.whole_batches
 
     def _remote(self, topic: str) -> str:
         return topic if self.side == "source" else self.flow.remote_topic(topic)
@@ -140,15 +154,32 @@ class AuditReader(Retrying):
                 break
             await asyncio.sleep(0.2)
         window = self.flow.audit.window_ms
+        other = "target" if self.side == "source" else "source"
+        folder = SideFolder(
+            self.side, self.topics.pairing, window_ms=window, first=first,
+            hold_ms=self.flow.audit.grace_ms,
+            other_tokens=lambda part: self.app.tokens(flow, other, part),
+            own_tokens=lambda part: self.app.tokens(flow, self.side, part))
+        self.folder = folder
+        try:
+            await self._read_with(consumer, folder, first, window)
+        finally:
+            folder.forget()
+
+    async def _read_with(self, consumer: AIOKafkaConsumer, folder: SideFolder, first: int,
+                         window: int) -> None:
         loop = asyncio.get_running_loop()
         raw = RawBatches(consumer._client)
         readable: dict[str, int] = {}
-        #: Next offset expected to hold a record (what was read), and where to fetch next
+        #: Next offset expected to hold a record (what was folded), and where to fetch next
         #: (past markers and compacted tails too), per partition.
         expected: dict[TopicPartition, int] = {}
         positions: dict[TopicPartition, int] = {}
         #: High watermark of the latest fetch answer per partition.
         highs: dict[TopicPartition, int] = {}
+        #: (position, wall-clock ms) of fetches that reached the high watermark, for
+        #: partitions with batches read and not folded yet.
+        reached: dict[TopicPartition, list[tuple[int, int]]] = {}
         part_of: dict[TopicPartition, str] = {}
         next_refresh = 0.0
         while True:
@@ -160,16 +191,13 @@ class AuditReader(Retrying):
                     part_of = tps
                     # the client's metadata then covers these topics' leaders
                     await consumer._client.set_topics(sorted({tp.topic for tp in tps}))
+                    folder.forget()
                     expected = self._seek(part_of)
                     positions = dict(expected)
                     highs = {}
+                    reached = {}
                 next_refresh = loop.time() + REFRESH_S
-            deltas: dict[TopicPartition, dict[str, list[int]]] = {}
-            #: Highest record timestamp read per partition in this batch.
-            tops: dict[TopicPartition, int] = {}
-            #: Offset gaps met (expected offset, first record after it, its timestamp):
-            #: retention's, or merely transaction markers' and compaction's.
-            gaps: dict[TopicPartition, list[tuple[int, int, int]]] = {}
+            cycles: dict[TopicPartition, Cycle] = {}
             flush_s = cadence_s(window)
             deadline = loop.time() + flush_s
             if not part_of:  # nothing to read (yet)
@@ -183,37 +211,54 @@ class AuditReader(Retrying):
             while part_of and (left := deadline - loop.time()) > 0:
                 fetched = await self._fetch(consumer, raw, positions,
                                             max(1, int(left * 1000)))
+                now = _now_ms()
                 stuck: list[TopicPartition] = []
                 for tp, part in fetched.items():
                     highs[tp] = part.high_watermark
-                    decoded = decode(part.records, positions[tp],
+                    name = part_of[tp]
+                    at = folder.read(name, part.records, positions[tp],
                                      where=f"{tp.topic}-{tp.partition}",
                                      aborted=part.aborted_transactions
-                                     if self._isolation == READ_COMMITTED else None)
-                    if part.records and decoded.next_offset == positions[tp]:
+                                     if self._isolation == READ_COMMITTED else None,
+                                     now_ms=now, cycle=cycles.setdefault(tp, Cycle()))
+                    if part.records and at == positions[tp]:
                         stuck.append(tp)
-                    positions[tp] = decoded.next_offset
-                    d = deltas.setdefault(tp, {})
-                    for records in decoded.batches:
-                        at = expected.get(tp, 0)
-                        head = records[0]
-                        if head.offset > at:
-                            gaps.setdefault(tp, []).append((at, head.offset, head.timestamp))
-                        if records[-1].offset - head.offset + 1 != len(records):
-                            _inner_gaps(records, gaps.setdefault(tp, []))
-                        expected[tp] = records[-1].offset + 1
-                        folded, top = audit.fold_records(d, records, window, first)
-                        if top > tops.get(tp, -1):
-                            tops[tp] = top
-                        self.records += folded
+                    positions[tp] = at
+                    if at >= part.high_watermark:
+                        reached.setdefault(tp, []).append((at, now))
+                for tp, name in part_of.items():
+                    if folder.queues.get(name):
+                        expected[tp] = folder.drain(name, expected.get(tp, 0), now,
+                                                    cycles.setdefault(tp, Cycle()),
+                                                    where=f"{tp.topic}-{tp.partition}")
                 if stuck:  # a batch larger than a partition's share of a fetch comes
                     # whole only to the partition asked first (KIP-74)
                     positions = {**{tp: positions[tp] for tp in stuck}, **positions}
+            now = _now_ms()
+            caught: dict[TopicPartition, int] = {}
+            for tp, name in part_of.items():
+                if folder.queues.get(name):
+                    expected[tp] = folder.drain(name, expected.get(tp, 0), now,
+                                                cycles.setdefault(tp, Cycle()),
+                                                where=f"{tp.topic}-{tp.partition}")
+                frontier = folder.frontier(name)
+                seen = reached.get(tp, [])
+                if frontier is None:
+                    # past transaction markers that end what was read
+                    expected[tp] = max(expected.get(tp, 0), positions.get(tp, 0))
+                    high = highs.get(tp)
+                    caught[tp] = now if high is not None and expected[tp] >= high else -1
+                    reached.pop(tp, None)
+                    continue
+                # Batches are held: caught up as of the last fetch whose records are all
+                # folded.
+                caught[tp] = -1
+                while seen and seen[0][0] <= frontier:
+                    caught[tp] = seen.pop(0)[1]
+            gaps = {tp: c.gaps for tp, c in cycles.items() if c.gaps}
             truncated = await _removed(consumer, gaps)
-            for tp in part_of:  # past transaction markers that end what was read
-                expected[tp] = max(expected.get(tp, 0), positions.get(tp, 0))
-            positions.update(await self._flush(part_of, deltas, truncated, expected, highs,
-                                               tops))
+            positions.update(await self._flush(part_of, cycles, truncated, expected,
+                                               caught))
 
     async def _fetch(self, consumer: AIOKafkaConsumer, raw: RawBatches,
                      positions: dict[TopicPartition, int], wait_ms: int
@@ -269,28 +314,29 @@ class AuditReader(Retrying):
                 for tp, part in part_of.items()}
 
     async def _flush(self, part_of: Mapping[TopicPartition, str],
-                     deltas: Mapping[TopicPartition, dict[str, list[int]]],
+                     cycles: Mapping[TopicPartition, Cycle],
                      truncated: Mapping[TopicPartition, int],
                      expected: dict[TopicPartition, int],
-                     highs: Mapping[TopicPartition, int],
-                     tops: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+                     caught_at: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
         """Send the fold event; the positions to fetch from next when the table did not
         take it (re-read from the table's), else none."""
-        now = _now_ms()
         parts: dict[str, dict[str, Any]] = {}
+        empty = Cycle()
         for tp, part in part_of.items():
             start = self.app.position(self.flow.name, self.side, part)
             position = expected.get(tp, 0)
-            high = highs.get(tp)
-            caught = now if high is not None and position >= high else -1
+            caught = caught_at.get(tp, -1)
+            cycle = cycles.get(tp, empty)
             if start is None:
                 start = 0
-            if position == start and not deltas.get(tp) and tp not in truncated \
+            if position == start and not cycle.deltas and tp not in truncated \
                     and (caught < 0 or self.app.settled(self.flow.name, part)):
                 continue  # nothing new, or only "still caught up" with nothing to judge
-            parts[part] = {"from": start, "to": position, "d": deltas.get(tp, {}),
+            parts[part] = {"from": start, "to": position, "d": cycle.deltas,
                            "caught": caught, "truncated": truncated.get(tp, -1),
-                           "top": tops.get(tp, -1)}
+                           "top": cycle.top}
+            if cycle.tokens:
+                parts[part]["b"] = cycle.tokens
         if not parts:
             return {}
         await self.app.send({"kind": "fold", "flow": self.flow.name, "side": self.side,
@@ -299,6 +345,9 @@ class AuditReader(Retrying):
             return {}
         log.info("audit %s %s: state moved elsewhere; re-reading from the table's "
                  "positions", self.flow.name, self.side)
+        if self.folder is not None:
+            self.folder.forget()
+        expected.clear()
         expected.update(self._seek(part_of))
         return dict(expected)
 
@@ -306,13 +355,6 @@ class AuditReader(Retrying):
         return await self.app.wait_applied(
             lambda: all(self.app.position(self.flow.name, self.side, part) == data["to"]
                         for part, data in parts.items()), APPLY_TIMEOUT_S)
-
-
-def _inner_gaps(records: Sequence[Any], into: list[tuple[int, int, int]]) -> None:
-    """Offset gaps inside one batch (compaction's), as (expected, found, timestamp)."""
-    for before, record in itertools.pairwise(records):
-        if record.offset > before.offset + 1:
-            into.append((before.offset + 1, record.offset, record.timestamp))
 
 
 async def _removed(consumer: AIOKafkaConsumer,

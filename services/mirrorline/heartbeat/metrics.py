@@ -66,8 +66,15 @@ def register_metrics(service: HeartbeatService, meter: Meter) -> None:
         return [Observation(r.records, {**flow_attrs(r.flow.name), "side": r.side})
                 for r in service.audit_readers]
 
+    def whole(_options: CallbackOptions) -> list[Observation]:
+        return [Observation(r.whole_batches, {**flow_attrs(r.flow.name), "side": r.side})
+                for r in service.audit_readers]
+
     meter.create_observable_counter("audit-windows", callbacks=[windows])
     meter.create_observable_counter("audit-records", callbacks=[verified])
+    meter.create_observable_counter(
+        "audit-whole-batches", callbacks=[whole],
+        description="batches verified whole: paired with the other side's, not decoded")
 
     def ages(_options: CallbackOptions) -> list[Observation]:
         now = int(time.time() * 1000)
