@@ -27,7 +27,7 @@ from mirrorline.core.tail_match import Verdict
 from mirrorline.kafka.acked import FlowBookkeeping
 from mirrorline.kafka.flowclients import FlowClients
 from mirrorline.kafka.oldest import OldestRecords
-from mirrorline.kafka.rdkafka import rdkafka_producer_config, rdkafka_consumer_config
+from mirrorline.kafka.rdkafka import rdkafka_consumer_config, rdkafka_producer_config
 from mirrorline.kafka.starts import StartPlanner
 from mirrorline.telemetry.replication import PartitionMetrics, ReplicationMetrics
 from mirrorline.v1 import flows_pb2
