@@ -14,15 +14,18 @@ partitions" sets count instead, so a node takes another request and a partition 
 batch until the limit is reached (`CountingSet`). Batches still leave in sequence order:
 aiokafka drains the oldest batch of a partition first and numbers it as it drains.
 
-The failure rule: aiokafka retries a batch that failed retriably by queueing it again
-after a backoff. That is safe only when nothing of its partition travels after it, so a
-pipelined partition's failed batch is retried so only when it was the one batch of its
-partition in flight (and the partition takes nothing new until it is queued again).
-Otherwise -- and for every batch of the producer after such a failure -- the batch fails
-with `PipelineBroken`: its successors in flight are refused by the broker as out of order
-(or were written, if it was), the producer's sequence numbers no longer match the
-broker's, and its owner must replace the producer and check the target before sending
-those records again (the replicator's flow does; docs/batch-path.md).
+Retries keep that order, as in Kafka's Java producer. aiokafka queues a batch that failed
+retriably again after a backoff, at the head of its partition, keeping its sequence; with
+batches after it in flight that would be too early (one of them could be written after
+it is queued) and, with several failed, in the wrong order. So a partition with a failed
+batch is held (nothing new of it leaves) until none of its batches travels; then every
+failed batch of it is queued again in the order they first left, and the partition is
+released. The broker writes each in turn, or answers a batch it wrote already (the
+failure was only the answer's) with its first offsets. A batch refused
+OUT_OF_ORDER_SEQUENCE_NUMBER because its predecessor is among those retried is retried
+with them. Any other failure fails the batch, as aiokafka does: the broker then refuses
+the batches after it as out of order, and the flow replaces the producer and checks the
+target before sending those records again (docs/batch-path.md).
 
 Transactional producers are not pipelined (AddPartitionsToTxn muting stays aiokafka's);
 nor are producers without idempotence, where nothing would keep a retried batch from
@@ -31,18 +34,23 @@ landing after its successor.
 
 from __future__ import annotations
 
+import asyncio
+import itertools
+import logging
 from collections import Counter
 from collections.abc import Hashable, Iterable, Iterator, Mapping
 from typing import Any, Final
 
 from aiokafka import AIOKafkaProducer
-from aiokafka.errors import KafkaError
+from aiokafka.errors import KafkaError, OutOfOrderSequenceNumber
 from aiokafka.producer.sender import Sender, SendProduceReqHandler
 
 from mirrorline.core.errors import ConfigError
 
-__all__ = ["KEY", "CountingSet", "PipelineBroken", "PipeliningSender", "depth", "install",
-           "max_in_flight", "may_retry"]
+log = logging.getLogger(__name__)
+
+__all__ = ["KEY", "CountingSet", "PipeliningSender", "depth", "install", "max_in_flight",
+           "may_retry"]
 
 #: Kafka's producer setting, and its default.
 KEY: Final = "max.in.flight.requests.per.connection"
@@ -50,14 +58,6 @@ DEFAULT: Final = 5
 #: What a broker remembers per producer and partition to tell duplicates (Kafka's limit
 #: for idempotent producers).
 IDEMPOTENT_MAX: Final = 5
-
-
-class PipelineBroken(KafkaError):  # type: ignore[misc]
-    """A batch of a pipelined producer failed while batches after it were in flight (or
-    after such a failure): the producer's sequence numbers no longer match the broker's,
-    and only a new producer recovers. The records may or may not be on the target."""
-
-    retriable = True
 
 
 def max_in_flight(java: Mapping[str, str], *, idempotent: bool) -> int:
@@ -79,8 +79,8 @@ def max_in_flight(java: Mapping[str, str], *, idempotent: bool) -> int:
 
 
 def may_retry(batches_in_flight: int) -> bool:
-    """A retriable failure may be queued again only when its batch was the partition's
-    one batch in flight: a successor already sent would land before it."""
+    """Failed batches of a partition are queued again once none of its batches travels
+    (counting the one just ended): one still on its way could land before them."""
     return batches_in_flight <= 1
 
 
@@ -103,12 +103,6 @@ class CountingSet:
             raise KeyError(item)
         if left:
             self._counts[item] = left
-        else:
-            del self._counts[item]
-
-    def discard(self, item: Hashable) -> None:
-        if self._counts[item] > 0:
-            self.remove(item)
         else:
             del self._counts[item]
 
@@ -142,44 +136,62 @@ class CountingSet:
 
 
 class _PipelinedProduce(SendProduceReqHandler):  # type: ignore[misc]
-    """aiokafka's produce handler with the failure rule of pipelining (module doc)."""
+    """aiokafka's produce handler, leaving the retries to `PipeliningSender`."""
 
     def _can_retry(self, error: Any, batch: Any) -> bool:
-        if not super()._can_retry(error, batch):
-            return False
         sender: PipeliningSender = self._sender
-        if sender.broken is None and may_retry(sender.batches_in_flight(batch.tp)):
-            # No new batch of this partition may leave before this one is queued again.
-            sender._muted_partitions.hold(batch.tp)
-            return True
-        if sender.broken is None:
-            sender.broken = error
-        # Failed here so that its partition's owner hears why; aiokafka's own failure of
-        # the batch that follows finds it failed already and changes nothing.
-        batch.failure(exception=PipelineBroken(
-            f"{error!r} on {batch.tp.topic}-{batch.tp.partition} with batches of this "
-            f"producer in flight after it ({sender.broken!r} first): its sequence numbers "
-            "no longer match the broker's"))
-        return False
+        if isinstance(error, OutOfOrderSequenceNumber) and batch.tp in sender.retrying:
+            return True  # its predecessor is to be sent again first: so is it
+        return bool(super()._can_retry(error, batch))
+
+    async def do(self, node_id: int) -> None:
+        """aiokafka's `do` up to the retries: the batches to retry stay in
+        `_to_reenqueue`, for the sender to queue again in order."""
+        request = self.create_request()
+        try:
+            response = await self._client.send(node_id, request)
+        except KafkaError as err:
+            log.warning("Got error produce response: %s", err)
+            if getattr(err, "invalid_metadata", False):
+                self._client.force_metadata_update()
+            for batch in self._batches.values():
+                if not self._can_retry(err, batch):
+                    batch.failure(exception=err)
+                else:
+                    self._to_reenqueue.append(batch)
+        else:
+            if request.required_acks == 0:
+                for batch in self._batches.values():
+                    batch.done_noack()
+            else:
+                self.handle_response(response)
 
 
 class PipeliningSender(Sender):  # type: ignore[misc]
     """aiokafka's sender with up to `limit` produce requests per node and batches per
-    partition in flight."""
+    partition in flight, retrying in sequence order (module doc)."""
 
     def __init__(self, client: Any, *, limit: int, **kwargs: Any) -> None:
         super().__init__(client, **kwargs)
         self.limit = limit
         self._in_flight = CountingSet(limit)
         self._muted_partitions = CountingSet(limit)
-        #: The first failure that broke the pipeline (then every failure fails).
-        self.broken: BaseException | None = None
+        #: Partitions with batches to send again, held until none of theirs travels.
+        self.retrying: dict[Any, list[Any]] = {}
+        #: The order batches left in, first departure (the order of their sequences).
+        self._order: dict[Any, int] = {}
+        self._departures = itertools.count()
 
     def batches_in_flight(self, tp: Any) -> int:
         muted: CountingSet = self._muted_partitions
         return muted.count(tp)
 
     async def _send_produce_req(self, node_id: int, batches: dict[Any, Any]) -> None:
+        for batch in batches.values():
+            if batch not in self._order:
+                self._order[batch] = next(self._departures)
+                batch.future.add_done_callback(
+                    lambda _f, b=batch: self._order.pop(b, None))
         handler = _PipelinedProduce(self, batches)
         try:
             await handler.do(node_id)
@@ -187,7 +199,25 @@ class PipeliningSender(Sender):  # type: ignore[misc]
             self._in_flight.remove(node_id)
             for tp in batches:
                 self._muted_partitions.remove(tp)
-                self._muted_partitions.release(tp)
+        for batch in handler._to_reenqueue:
+            log.warning("retrying the batch of %s-%d in sequence order", batch.tp.topic,
+                        batch.tp.partition)
+            self.retrying.setdefault(batch.tp, []).append(batch)
+            self._muted_partitions.hold(batch.tp)
+        due = [tp for tp in batches if tp in self.retrying and may_retry(
+            self.batches_in_flight(tp) + 1)]
+        if not due:
+            return
+        await asyncio.sleep(self._retry_backoff)
+        for tp in due:
+            waiting = self.retrying.pop(tp, None)
+            if waiting is None:
+                continue
+            for batch in sorted(waiting, key=lambda b: self._order.get(b, -1), reverse=True):
+                if not batch.future.done():  # else failed meanwhile (an abort)
+                    self._message_accumulator.reenqueue(batch)
+            self._muted_partitions.release(tp)
+        await self.client._maybe_wait_metadata()
 
 
 def install(producer: AIOKafkaProducer, limit: int) -> int:

@@ -32,7 +32,6 @@ from mirrorline.kafka.causes import explain
 from mirrorline.kafka.discovery import DiscoveryResult, RemoteTopic, TopicDiscovery
 from mirrorline.kafka.flowclients import FlowClients
 from mirrorline.kafka.metadata import partitions_by_topic
-from mirrorline.kafka.pipelining import PipelineBroken
 from mirrorline.kafka.starts import Start, StartPlanner
 from mirrorline.replicator.batchfetch import BatchFetcher
 from mirrorline.replicator.checker import TargetChecker
@@ -55,10 +54,8 @@ from mirrorline.v1 import flows_pb2
 log = logging.getLogger(__name__)
 
 #: Refusals meaning the broker no longer agrees with the producer's sequence numbers: only
-#: a new producer (id) recovers. `PipelineBroken`: a batch failed with batches after it in
-#: flight (docs/batch-path.md).
-PRODUCER_STATE_LOST = (OutOfOrderSequenceNumber, UnknownProducerId, InvalidProducerEpoch,
-                       PipelineBroken)
+#: a new producer (id) recovers.
+PRODUCER_STATE_LOST = (OutOfOrderSequenceNumber, UnknownProducerId, InvalidProducerEpoch)
 #: aiokafka's request.timeout.ms when the file sets none.
 DEFAULT_REQUEST_TIMEOUT_MS = 40_000
 
