@@ -42,6 +42,8 @@ class _Connection:
     #: Correlation ids of produce requests sent and not yet answered.
     produce: set[int] = field(default_factory=set)
     most: int = 0
+    #: Produce responses passed to the client.
+    answered: int = 0
 
 
 class KafkaProxy:
@@ -56,6 +58,7 @@ class KafkaProxy:
         #: Produce responses to clients whose id ends so are held (`hold`).
         self._held_client: str | None = None
         self._delay: float | None = None
+        self._after = 0
         self._released = asyncio.Event()
 
     async def start(self) -> None:
@@ -74,10 +77,11 @@ class KafkaProxy:
         for writer in list(self._open):
             writer.close()
 
-    def hold(self, client_suffix: str, *, delay: float | None = None) -> None:
-        """Hold the produce responses to clients whose id ends with `client_suffix`: until
-        `release()`, or (`delay`) that long each."""
-        self._held_client, self._delay = client_suffix, delay
+    def hold(self, client_suffix: str, *, delay: float | None = None, after: int = 0) -> None:
+        """Hold the produce responses to clients whose id ends with `client_suffix`, once
+        `after` of them went through on a connection: until `release()`, or (`delay`)
+        that long each."""
+        self._held_client, self._delay, self._after = client_suffix, delay, after
         self._released.clear()
 
     def release(self) -> None:
@@ -182,12 +186,14 @@ class KafkaProxy:
                 correlation = struct.unpack(">i", frame[4:8])[0]
                 if correlation in connection.produce:
                     held = self._held_client
-                    if held is not None and connection.client_id.endswith(held):
+                    if (held is not None and connection.client_id.endswith(held)
+                            and connection.answered >= self._after):
                         if self._delay is not None:
                             await asyncio.sleep(self._delay)
                         else:
                             await self._released.wait()
                     connection.produce.discard(correlation)
+                    connection.answered += 1
                 if writer.is_closing():
                     break
                 writer.write(frame)

@@ -46,25 +46,39 @@ async def test_batches_travel_pipelined_by_default_and_one_at_a_time_when_set_to
         primary: LocalBroker, unique: str, tmp_path: Path) -> None:
     """By default the data producer has several produce requests of one partition
     outstanding on its connection; a connection cut under them (the broker wrote them,
-    their answers are lost) costs nothing: every record arrives once, in order. With
-    `max.in.flight.requests.per.connection = 1` it never has more than one."""
+    their answers are lost) costs nothing: they are sent again in order and every record
+    arrives once. Then a batch the remote topic refuses (too large for its
+    max.message.bytes) with batches after it in flight: it is re-batched, the ones after
+    it are refused as out of order and sent again after it, still once each, in order.
+    With `max.in.flight.requests.per.connection = 1` it never has more than one."""
     piped, single = f"{unique}-piped", f"{unique}-single"
     for topic in (piped, single):
         await create_topic(primary.bootstrap, topic)
         # One record per source batch, copied as they are: BATCHES batches to send.
         await produce(primary.bootstrap, topic,
                       [Record(b"%d" % i, key=b"k") for i in range(BATCHES)], one_per_batch=True)
+    # ... then one batch of 40 records (about 3 KB) and more one-record batches.
+    large = [Record(b"%d" % i + b"." * 60, key=b"k") for i in range(BATCHES, BATCHES + 40)]
+    await produce(primary.bootstrap, piped, large, linger_ms=1000)
+    after = [Record(b"%d" % i, key=b"k") for i in range(BATCHES + 40, BATCHES + 48)]
+    await produce(primary.bootstrap, piped, after, one_per_batch=True)
+    expected = [b"%d" % i for i in range(BATCHES)] + [r.value for r in large] + \
+        [r.value for r in after]
     async with proxied_kafka(tmp_path / "kafka") as (proxy, direct):
-        proxy.hold(DATA_PRODUCER)  # no acknowledgement reaches the data producer
+        # The remote topic takes batches of at most 2 KB: the large one is refused as it is.
+        await create_topic(direct, f"primary.{piped}", configs={"max.message.bytes": "2048"})
+        # Past its first (a partition pipelines once the broker holds a batch of the
+        # producer), no acknowledgement reaches the data producer.
+        proxy.hold(DATA_PRODUCER, after=1)
         async with replicator(config(primary, proxy, piped), tmp_path, name="piped") as proc:
             async def pipelined() -> bool:
                 return proxy.most_outstanding(DATA_PRODUCER) >= 2
             await wait_for(pipelined, 30, "never more than one produce request outstanding")
             proxy.cut()  # ... and their answers never come
-            await copied_up_to(proc, piped, BATCHES)
+            await copied_up_to(proc, piped, len(expected))
             assert "in sequence order" in proc.log_path.read_text()  # retried, not replaced
-        copied = await consume_all(direct, f"primary.{piped}", expected=BATCHES)
-        assert [r.value for r in copied[0]] == [b"%d" % i for i in range(BATCHES)], copied
+        copied = await consume_all(direct, f"primary.{piped}", expected=len(expected))
+        assert [r.value for r in copied[0]] == expected
 
         proxy.forget()
         proxy.hold(DATA_PRODUCER, delay=0.05)  # slow acknowledgements: room to pipeline

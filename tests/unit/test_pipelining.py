@@ -13,6 +13,7 @@ from mirrorline.kafka.clients import producer_kwargs
 from mirrorline.kafka.pipelining import (
     CountingSet,
     PipeliningSender,
+    batch_limit,
     depth,
     install,
     max_in_flight,
@@ -91,3 +92,20 @@ async def test_which_producers_pipeline() -> None:
     assert install(transactional, 5) == 1 and depth(transactional) == 1
     for producer in (idempotent, one, plain, transactional):
         producer._closed = True  # never started
+
+
+def test_a_partition_sends_one_batch_until_the_broker_wrote_one_of_this_producer() -> None:
+    """A broker takes a new producer's first batch whatever its sequence: were two in
+    flight and the first refused, the second would be written in its place."""
+    assert batch_limit(5, written=False) == 1
+    assert batch_limit(5, written=True) == 5
+    tp = TopicPartition("t", 0)
+    written: set[object] = set()
+    muted = CountingSet(5, written)
+    muted.add(tp)
+    assert tp in muted, "one batch travels before the first is written"
+    written.add(tp)
+    assert tp not in muted
+    for _ in range(4):
+        muted.add(tp)
+    assert tp in muted

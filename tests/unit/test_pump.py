@@ -15,7 +15,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka import TopicPartition
-from aiokafka.errors import KafkaConnectionError, MessageSizeTooLargeError
+from aiokafka.errors import (
+    KafkaConnectionError,
+    MessageSizeTooLargeError,
+    OutOfOrderSequenceNumber,
+)
 
 from mirrorline.core.backoff import Backoff
 from mirrorline.core.tail_match import Landed
@@ -328,8 +332,8 @@ async def test_a_pipelining_pump_sends_its_window_before_the_first_ack_and_settl
 
 
 async def test_a_failed_batch_settles_every_batch_sent_after_it_once_they_ended() -> None:
-    """The oldest fails while two more travel: none of the three counts as delivered (an
-    idempotent broker refuses those after a missing one); all are checked, in order."""
+    """The oldest is refused while two more travel: none of the three counts as delivered
+    until all have ended; then all go again, in order."""
     producer = HeldProducer(capacity=2)
     pump = pump_for()
     pump.window = 3
@@ -346,14 +350,24 @@ async def test_a_failed_batch_settles_every_batch_sent_after_it_once_they_ended(
     task = asyncio.create_task(loop.run())
     try:
         await wait_until(lambda: len(producer.held) == 3)
-        producer.release(0, KafkaConnectionError("broker went away"))
-        await wait_until(lambda: failures)  # the owner hears at once (to end the rest)
-        assert pump.unverified is None and pump.in_flight_count == 3
-        producer.release(1)  # landed after all
-        producer.release(2, KafkaConnectionError("broker went away"))
-        await wait_until(lambda: pump.unverified is not None)
-        assert [r.offset for r in pump.unverified or []] == [0, 1, 2, 3, 4, 5]
-        assert len(failures) == 1 and not pump.in_flight and pump.next_offset == 0
+        producer.release(0, MessageSizeTooLargeError())
+        await asyncio.sleep(0.05)
+        assert pump.unverified is None and pump.in_flight_count == 3 and not failures
+        producer.release(1, OutOfOrderSequenceNumber())  # the broker lacks their predecessor
+        producer.release(2, OutOfOrderSequenceNumber())
+        await wait_until(lambda: bool(failures))
+        # The owner hears of the refusal and of the out-of-order ones (which replace the
+        # producer), once each; all three go again, in order, and land once.
+        assert [type(e) for e in failures] == [MessageSizeTooLargeError,
+                                               OutOfOrderSequenceNumber]
+        while pump.next_offset < 6:
+            await wait_until(lambda: len(producer.held) > 3 and not all(
+                f.done() for f, _ in producer.held))
+            for i, (f, _) in enumerate(producer.held):
+                if not f.done():
+                    producer.release(i)
+            await asyncio.sleep(0.01)
+        assert [v for _, v, _, _ in producer.written] == [str(i).encode() for i in range(6)]
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

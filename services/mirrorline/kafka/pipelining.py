@@ -12,7 +12,10 @@ has not written (OUT_OF_ORDER_SEQUENCE_NUMBER).
 `PipeliningSender`: aiokafka's own sender loop, whose "nodes in flight" and "muted
 partitions" sets count instead, so a node takes another request and a partition another
 batch until the limit is reached (`CountingSet`). Batches still leave in sequence order:
-aiokafka drains the oldest batch of a partition first and numbers it as it drains.
+aiokafka drains the oldest batch of a partition first and numbers it as it drains. A
+partition's first batch of a new producer travels alone (`batch_limit`): the broker takes
+a new producer's first batch whatever its sequence, so only once it holds one does it
+refuse a batch whose predecessor it lacks.
 
 Retries keep that order, as in Kafka's Java producer. aiokafka queues a batch that failed
 retriably again after a backoff, at the head of its partition, keeping its sequence; with
@@ -23,9 +26,10 @@ failed batch of it is queued again in the order they first left, and the partiti
 released. The broker writes each in turn, or answers a batch it wrote already (the
 failure was only the answer's) with its first offsets. A batch refused
 OUT_OF_ORDER_SEQUENCE_NUMBER because its predecessor is among those retried is retried
-with them. Any other failure fails the batch, as aiokafka does: the broker then refuses
-the batches after it as out of order, and the flow replaces the producer and checks the
-target before sending those records again (docs/batch-path.md).
+with them. Any other failure fails the batch, as aiokafka does, and nothing more of its
+partition is sent: batches after it in flight are refused by the broker as out of order,
+and those not sent yet fail the same way here, so the flow replaces the producer and
+checks the target before sending those records again (docs/batch-path.md).
 
 Transactional producers are not pipelined (AddPartitionsToTxn muting stays aiokafka's);
 nor are producers without idempotence, where nothing would keep a retried batch from
@@ -49,8 +53,8 @@ from mirrorline.core.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["KEY", "CountingSet", "PipeliningSender", "depth", "install", "max_in_flight",
-           "may_retry"]
+__all__ = ["KEY", "CountingSet", "PipeliningSender", "batch_limit", "depth", "install",
+           "max_in_flight", "may_retry"]
 
 #: Kafka's producer setting, and its default.
 KEY: Final = "max.in.flight.requests.per.connection"
@@ -84,15 +88,30 @@ def may_retry(batches_in_flight: int) -> bool:
     return batches_in_flight <= 1
 
 
+def batch_limit(limit: int, *, written: bool) -> int:
+    """How many batches of a partition may travel at once: one until the broker wrote one
+    of this producer's batches there. A broker takes a new producer's first batch
+    whatever its sequence number, so were that batch refused, the next one would be
+    written in its place; once it holds one, it refuses any batch but the next in line."""
+    return limit if written else 1
+
+
 class CountingSet:
     """A set whose members were added several times: `x in s` once `x` was added `limit`
-    times more than removed, or while it is held. aiokafka's sender uses it as its nodes
-    in flight (`ignore_nodes`) and muted partitions."""
+    times more than removed (once, for a member not in `proven` when that is given), or
+    while it is held. aiokafka's sender uses it as its nodes in flight (`ignore_nodes`)
+    and muted partitions."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, proven: set[Hashable] | None = None) -> None:
         self.limit = limit
+        self._proven = proven
         self._counts: Counter[Hashable] = Counter()
         self._held: set[Hashable] = set()
+
+    def _limit(self, item: Hashable) -> int:
+        if self._proven is None:
+            return self.limit
+        return batch_limit(self.limit, written=item in self._proven)
 
     def add(self, item: Hashable) -> None:
         self._counts[item] += 1
@@ -117,10 +136,13 @@ class CountingSet:
         self._held.discard(item)
 
     def full(self) -> set[Hashable]:
-        return {i for i, n in self._counts.items() if n >= self.limit} | self._held
+        return {i for i, n in self._counts.items() if n >= self._limit(i)} | self._held
 
     def __contains__(self, item: object) -> bool:
-        return item in self._held or self._counts.get(item, 0) >= self.limit
+        if item in self._held:
+            return True
+        count = self._counts.get(item, 0)
+        return bool(count) and count >= self._limit(item)
 
     def __bool__(self) -> bool:
         return bool(self._counts) or bool(self._held)
@@ -174,19 +196,35 @@ class PipeliningSender(Sender):  # type: ignore[misc]
     def __init__(self, client: Any, *, limit: int, **kwargs: Any) -> None:
         super().__init__(client, **kwargs)
         self.limit = limit
+        #: Partitions where the broker wrote a batch of this producer (`batch_limit`).
+        self.written: set[Hashable] = set()
         self._in_flight = CountingSet(limit)
-        self._muted_partitions = CountingSet(limit)
+        self._muted_partitions = CountingSet(limit, self.written)
         #: Partitions with batches to send again, held until none of theirs travels.
         self.retrying: dict[Any, list[Any]] = {}
         #: The order batches left in, first departure (the order of their sequences).
         self._order: dict[Any, int] = {}
         self._departures = itertools.count()
+        #: Partitions with a batch failed for good: nothing more of them is sent (module
+        #: doc); their owner replaces the producer.
+        self.refused: set[Hashable] = set()
 
     def batches_in_flight(self, tp: Any) -> int:
         muted: CountingSet = self._muted_partitions
         return muted.count(tp)
 
-    async def _send_produce_req(self, node_id: int, batches: dict[Any, Any]) -> None:
+    async def _send_produce_req(self, node_id: int, drained: dict[Any, Any]) -> None:
+        batches = {}
+        for tp, batch in drained.items():
+            if tp in self.refused:  # numbered after a batch that failed: never sent
+                batch.failure(exception=OutOfOrderSequenceNumber())
+            else:
+                batches[tp] = batch
+        if not batches:
+            self._in_flight.remove(node_id)
+            for tp in drained:
+                self._muted_partitions.remove(tp)
+            return
         for batch in batches.values():
             if batch not in self._order:
                 self._order[batch] = next(self._departures)
@@ -197,8 +235,17 @@ class PipeliningSender(Sender):  # type: ignore[misc]
             await handler.do(node_id)
         finally:
             self._in_flight.remove(node_id)
-            for tp in batches:
+            for tp in drained:
                 self._muted_partitions.remove(tp)
+            retried = {id(batch) for batch in handler._to_reenqueue}
+            for tp, batch in batches.items():
+                future = batch.future
+                if not future.done() or future.cancelled():
+                    continue
+                if future.exception() is None:
+                    self.written.add(tp)
+                elif id(batch) not in retried:
+                    self.refused.add(tp)
         for batch in handler._to_reenqueue:
             log.warning("retrying the batch of %s-%d in sequence order", batch.tp.topic,
                         batch.tp.partition)

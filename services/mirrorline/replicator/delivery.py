@@ -11,7 +11,9 @@ waits out its backoff without holding up the others.
 A partition's batches are queued in the order they were built (each send waits until
 its predecessor is queued, and is not queued at all if that one was not) and settled in
 that order. When the oldest fails, the ones after it are settled with it, once each has
-ended: the partition then checks the target for all of them (`PartitionPump.failed`).
+ended: the partition then checks the target for all of them (`PartitionPump.failed`),
+and the flow hears the oldest's failure and those of the others (an out-of-order
+refusal among them replaces the producer).
 """
 
 from __future__ import annotations
@@ -112,8 +114,6 @@ class DeliveryLoop:
         #: batch is queued (the next send of the pump waits for it).
         self._sends: dict[PartitionPump, deque[tuple[asyncio.Future[Any],
                                                      asyncio.Future[None]]]] = {}
-        #: Pumps whose oldest send failed while later ones still travel (told already).
-        self._failing: set[PartitionPump] = set()
         self._stopping = False
         self._settled = asyncio.Event()
         self.wake = asyncio.Event()
@@ -142,7 +142,7 @@ class DeliveryLoop:
         if producer is None:
             return
         for pump in list(self._pumps.values()):
-            while pump.ready(now) and pump not in self._failing:
+            while pump.ready(now) and not self._head_failed(pump):
                 batch = pump.build(producer)
                 refusal = oversized(batch, producer)
                 if refusal is not None:
@@ -164,6 +164,14 @@ class DeliveryLoop:
                 sends.append((send, enqueued))
                 self._in_flight[send] = pump
                 self._launched_at[send] = now
+
+    def _head_failed(self, pump: PartitionPump) -> bool:
+        """The pump's oldest send failed (it settles once those after it ended)."""
+        sends = self._sends.get(pump)
+        if not sends:
+            return False
+        head = sends[0][0]
+        return head.done() and _failure(head) is not None
 
     def _launch_refused(self, pump: PartitionPump, refusal: BaseException,
                         now: float) -> None:
@@ -262,23 +270,24 @@ class DeliveryLoop:
                 self._forget(head)
                 self._on_ack(pump, pump.acknowledged(head.result().offset))
                 continue
-            told = pump in self._failing
             if not all(send.done() for send, _ in sends):
                 # Later batches still travel: they land (then the check finds them) or
-                # fail; the partition settles once all have ended. Its owner hears now,
-                # so that it can end them (a new producer).
-                if not told:
-                    self._failing.add(pump)
-                    if self._on_failed is not None:
-                        self._on_failed(pump, exc)
+                # fail (refused as out of order, or retried in order by the producer).
                 return
+            failures = [exc] + [e for e in (_failure(send) for send, _ in list(sends)[1:])
+                                if e is not None]
             for send, _ in sends:
                 self._forget(send)
             sends.clear()
-            self._failing.discard(pump)
             pump.failed(exc, now)
-            if self._on_failed is not None and not told:
-                self._on_failed(pump, exc)
+            if self._on_failed is not None:
+                # The head's failure, and what refused those after it (an out-of-order
+                # refusal means the producer must be replaced), once per kind.
+                kinds: set[type[BaseException]] = set()
+                for failure in failures:
+                    if type(failure) not in kinds:
+                        kinds.add(type(failure))
+                        self._on_failed(pump, failure)
         if not sends:
             self._sends.pop(pump, None)
 

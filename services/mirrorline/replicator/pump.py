@@ -76,6 +76,20 @@ def oversized(batch: Any, producer: Any) -> MessageSizeTooLargeError | None:
                                     f"({limit})")
 
 
+def _rechunk(records: list[Record], sizes: Sequence[int], skip: int) -> list[list[Record]]:
+    """`records` past the first `skip`, cut where batches of `sizes` records ended."""
+    out: list[list[Record]] = []
+    start = 0
+    for size in list(sizes) or [len(records)]:
+        chunk = records[max(start, skip):start + size]
+        if chunk:
+            out.append(chunk)
+        start += size
+    if start < len(records):
+        out.append(records[max(start, skip):])
+    return out
+
+
 class PumpState(enum.Enum):
     RUNNING = "running"
     PAUSED = "paused"
@@ -142,6 +156,9 @@ class PartitionPump:
         self._unreadable = 0
         #: Records of a failed produce that may have landed; checked before re-sending.
         self.unverified: list[Record] | None = None
+        #: How many records each failed batch of `unverified` held: sent again, they keep
+        #: those bounds (a batch refused too large was already split).
+        self._unverified_sizes: list[int] = []
         #: Batches commit in target transactions (`mirrorline.replicator.transactional`):
         #: commit markers and aborted records occupy target offsets between batches.
         self.transactional = False
@@ -405,11 +422,12 @@ class PartitionPump:
         self._retry_at = now + delay
         if self.target_end is not None:
             self.unverified = records
+            self._unverified_sizes = [len(chunk) for chunk in settled]
             self.error = (f"{len(records)} records from offset {records[0].offset} not "
                           f"acknowledged ({exc!r}); checking the target in {delay:.1f}s "
                           "before sending them again")
         else:
-            self._forced.appendleft(records)
+            self._forced.extendleft(reversed(settled))
             self.error = (f"retrying {len(records)} records from offset {records[0].offset} "
                           f"in {delay:.1f}s: {exc!r}")
         log.warning("%s %s-%d: %s", self.flow, self.source_topic, self.partition, self.error)
@@ -449,7 +467,7 @@ class PartitionPump:
         self._unreadable = 0
         count = landed.count if landed is not None else 0
         if count < len(records):
-            self._forced.appendleft(records[count:])
+            self._forced.extendleft(reversed(_rechunk(records, self._unverified_sizes, count)))
         if landed is None:
             log.warning("%s %s-%d: the target holds records this partition did not write "
                         "after offset %s; re-sending %d records unchecked", self.flow,
@@ -478,7 +496,7 @@ class PartitionPump:
         self._unreadable = self._unreadable + 1 if answered else 0
         if self._unreadable >= MAX_UNREADABLE_CHECKS and self.unverified is not None:
             records, self.unverified = self.unverified, None
-            self._forced.appendleft(records)
+            self._forced.extendleft(reversed(_rechunk(records, self._unverified_sizes, 0)))
             self.target_end = None
             self._unreadable = 0
             self.error = (f"cannot tell whether {len(records)} records from offset "
