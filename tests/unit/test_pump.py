@@ -377,7 +377,9 @@ async def test_a_send_whose_predecessor_was_not_queued_is_not_queued() -> None:
     """Order: batch 2 must never be queued without batch 1 before it."""
     producer = HeldProducer(capacity=2)
     producer.fail_next = KafkaConnectionError("cannot queue")
-    pump = pump_for()
+    pump = PartitionPump(flow="primary->backup", source_topic="orders",
+                         target_topic="primary.orders", partition=0, next_offset=0,
+                         backoff=Backoff(initial=0.5, maximum=0.5))  # room to look first
     pump.window = 3
     pump.offer([Rec(i, str(i).encode()) for i in range(6)])  # type: ignore[list-item]
     async with delivering(producer, pump):
@@ -406,3 +408,26 @@ def test_a_rejected_batch_sends_its_successors_again_after_its_halves() -> None:
         sent.append(list(pump.sending.offsets() if pump.sending else []))
         pump.acknowledged(len(sent))
     assert sent == [[0], [1], [2, 3], [4, 5]]
+
+
+def test_a_failed_group_is_checked_as_one_and_sent_again_in_its_batches() -> None:
+    """Three batches in flight fail together: the target is checked for all of them; what
+    it lacks goes again in the same bounds (a batch split after a refusal stays split)."""
+    producer = StandInProducer(capacity=2)
+    pump = pump_for()
+    pump.window = 3
+    pump.target_end = 100
+    pump.offer([Rec(i, str(i).encode()) for i in range(6)])  # type: ignore[list-item]
+    for _ in range(3):
+        pump.build(producer)
+    pump.failed(KafkaConnectionError("broker went away"), now=0.0)
+    assert [r.offset for r in pump.unverified or []] == [0, 1, 2, 3, 4, 5]
+    # The target holds record 0 only: 1 goes alone (the rest of its batch), then 2-3, 4-5.
+    delivered = pump.checked(Landed(1, 100, 0), end=101, now=0.0)
+    assert delivered is not None and list(delivered.shipment.offsets()) == [0]
+    sent = []
+    while pump.ready(now=0.0):
+        pump.build(producer)
+        sent.append(list(pump.sending.offsets() if pump.sending else []))
+        pump.acknowledged(101 + len(sent))
+    assert sent == [[1], [2, 3], [4, 5]]
