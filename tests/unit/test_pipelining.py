@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 from aiokafka import AIOKafkaProducer, TopicPartition
 
+from mirrorline.core.config import parse_config
 from mirrorline.core.errors import ConfigError
 from mirrorline.kafka.clients import producer_kwargs
 from mirrorline.kafka.pipelining import (
@@ -19,6 +20,7 @@ from mirrorline.kafka.pipelining import (
     max_in_flight,
     may_retry,
 )
+from mirrorline.kafka.preflight import check_clients
 
 KEY = "max.in.flight.requests.per.connection"
 BOOT = {"bootstrap.servers": "k1:9092"}
@@ -109,3 +111,17 @@ def test_a_partition_sends_one_batch_until_the_broker_wrote_one_of_this_producer
     for _ in range(4):
         muted.add(tp)
     assert tp in muted
+
+
+def test_the_configuration_check_names_the_key_as_written_and_its_line() -> None:
+    settings = parse_config("clusters = a, b\na.bootstrap.servers = h:1\nb.bootstrap.servers = "
+                            "h:2\na->b.enabled = true\nb.producer." + KEY + " = 8\n",
+                            source="mm2.properties")
+    with pytest.raises(ConfigError) as caught:
+        check_clients(settings)
+    assert caught.value.key == f"b.producer.{KEY}"
+    assert "mm2.properties:5:" in str(caught.value) and "at most 5" in str(caught.value)
+    fine = parse_config("clusters = a, b\na.bootstrap.servers = h:1\nb.bootstrap.servers = "
+                        "h:2\na->b.enabled = true\nb.producer." + KEY + " = 1\n",
+                        source="mm2.properties")
+    assert check_clients(fine) == []  # read, so not reported as without effect
