@@ -142,7 +142,7 @@ class DeliveryLoop:
         if producer is None:
             return
         for pump in list(self._pumps.values()):
-            while pump.ready(now) and not self._head_failed(pump):
+            while pump.ready(now) and not self._failing(pump):
                 batch = pump.build(producer)
                 refusal = oversized(batch, producer)
                 if refusal is not None:
@@ -165,13 +165,10 @@ class DeliveryLoop:
                 self._in_flight[send] = pump
                 self._launched_at[send] = now
 
-    def _head_failed(self, pump: PartitionPump) -> bool:
-        """The pump's oldest send failed (it settles once those after it ended)."""
-        sends = self._sends.get(pump)
-        if not sends:
-            return False
-        head = sends[0][0]
-        return head.done() and _failure(head) is not None
+    def _failing(self, pump: PartitionPump) -> bool:
+        """A send of the pump failed: nothing more of it goes before that one settled."""
+        return any(send.done() and _failure(send) is not None
+                   for send, _ in self._sends.get(pump, ()))
 
     def _launch_refused(self, pump: PartitionPump, refusal: BaseException,
                         now: float) -> None:
