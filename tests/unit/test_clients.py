@@ -82,7 +82,7 @@ def test_producer_translation() -> None:
         "metadata_max_age_ms": 3, "connections_max_idle_ms": 4,
         "security_protocol": "PLAINTEXT",
     }
-    assert ignored == ["delivery.timeout.ms", "max.in.flight.requests.per.connection"]
+    assert ignored == ["delivery.timeout.ms"]  # max.in.flight: the flow's producer applies it
 
 
 def test_admin_translation() -> None:

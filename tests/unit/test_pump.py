@@ -15,7 +15,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka import TopicPartition
-from aiokafka.errors import KafkaConnectionError, MessageSizeTooLargeError
+from aiokafka.errors import (
+    KafkaConnectionError,
+    MessageSizeTooLargeError,
+    OutOfOrderSequenceNumber,
+)
 
 from mirrorline.core.backoff import Backoff
 from mirrorline.core.tail_match import Landed
@@ -265,3 +269,165 @@ def test_a_target_that_answers_but_cannot_serve_the_range_is_given_up_on_loudly(
     assert "may be on the target twice" in (pump.error or "")
     pump.build(producer)
     assert list(pump.sending.offsets() if pump.sending else []) == [0, 1]
+
+
+class HeldProducer(StandInProducer):
+    """The stand-in, acknowledging only when told (`release`), as a broker answering
+    produce requests in turn; `fail_next` fails the next send the moment it is queued."""
+
+    def __init__(self, capacity: int = 2) -> None:
+        super().__init__(capacity)
+        self.held: list[tuple[asyncio.Future[Meta], list[tuple[Any, ...]]]] = []
+        self.fail_next: BaseException | None = None
+        self.written: list[tuple[Any, ...]] = []
+
+    async def send_batch(self, batch: Batch, topic: str, *, partition: int
+                         ) -> asyncio.Future[Meta]:
+        self.sends += 1
+        if self.fail_next is not None:
+            exc, self.fail_next = self.fail_next, None
+            raise exc
+        future: asyncio.Future[Meta] = asyncio.get_running_loop().create_future()
+        self.held.append((future, batch.records))
+        return future
+
+    def release(self, index: int, exc: BaseException | None = None) -> None:
+        future, records = self.held[index]
+        if exc is not None:
+            future.set_exception(exc)
+        else:
+            future.set_result(Meta(len(self.written)))
+            self.written.extend(records)
+
+
+async def wait_until(condition: Any, timeout: float = 5.0) -> None:
+    async def done() -> None:
+        while not condition():  # noqa: ASYNC110 - plain state, nothing to await
+            await asyncio.sleep(0.005)
+    await asyncio.wait_for(done(), timeout)
+
+
+async def test_a_pipelining_pump_sends_its_window_before_the_first_ack_and_settles_in_order(
+        ) -> None:
+    """With a window of 3 (a producer keeping 3 batches of a partition in flight) three
+    batches leave at once; an acknowledgement that ends before an older one waits for it."""
+    producer = HeldProducer(capacity=2)
+    pump = pump_for()
+    pump.window = 3
+    pump.offer([Rec(i, str(i).encode()) for i in range(8)])  # type: ignore[list-item]
+    async with delivering(producer, pump) as acks:
+        await wait_until(lambda: len(producer.held) == 3)
+        assert pump.in_flight_count == 3  # and no fourth before an acknowledgement
+        producer.release(1)
+        producer.release(2)
+        await asyncio.sleep(0.05)
+        assert acks.calls == [], "a batch is settled only after the ones before it"
+        producer.release(0)
+        await wait_until(lambda: len(acks.calls) == 3)
+        await wait_until(lambda: len(producer.held) == 4)
+        producer.release(3)
+        await settled(pump, 8)
+    assert [offsets for _, offsets, _ in acks.calls] == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert pump.next_offset == 8 and pump.error is None
+
+
+async def test_a_failed_batch_settles_every_batch_sent_after_it_once_they_ended() -> None:
+    """The oldest is refused while two more travel: none of the three counts as delivered
+    until all have ended; then all go again, in order."""
+    producer = HeldProducer(capacity=2)
+    pump = pump_for()
+    pump.window = 3
+    pump.target_end = 50
+    failures: list[BaseException] = []
+    pump.offer([Rec(i, str(i).encode()) for i in range(6)])  # type: ignore[list-item]
+
+    async def fetch(timeout_ms: int) -> None:
+        await asyncio.sleep(min(timeout_ms, 10) / 1000)
+
+    loop = DeliveryLoop(producer, {TopicPartition("orders", 0): pump},  # type: ignore[arg-type]
+                        fetch=fetch, on_ack=Acks(), poll_timeout_ms=10,
+                        on_failed=lambda _p, exc: failures.append(exc))
+    task = asyncio.create_task(loop.run())
+    try:
+        await wait_until(lambda: len(producer.held) == 3)
+        producer.release(0, MessageSizeTooLargeError())
+        await asyncio.sleep(0.05)
+        assert pump.unverified is None and pump.in_flight_count == 3 and not failures
+        producer.release(1, OutOfOrderSequenceNumber())  # the broker lacks their predecessor
+        producer.release(2, OutOfOrderSequenceNumber())
+        await wait_until(lambda: bool(failures))
+        # The owner hears of the refusal and of the out-of-order ones (which replace the
+        # producer), once each; all three go again, in order, and land once.
+        assert [type(e) for e in failures] == [MessageSizeTooLargeError,
+                                               OutOfOrderSequenceNumber]
+        while pump.next_offset < 6:
+            await wait_until(lambda: len(producer.held) > 3 and not all(
+                f.done() for f, _ in producer.held))
+            for i, (f, _) in enumerate(producer.held):
+                if not f.done():
+                    producer.release(i)
+            await asyncio.sleep(0.01)
+        assert [v for _, v, _, _ in producer.written] == [str(i).encode() for i in range(6)]
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_send_whose_predecessor_was_not_queued_is_not_queued() -> None:
+    """Order: batch 2 must never be queued without batch 1 before it."""
+    producer = HeldProducer(capacity=2)
+    producer.fail_next = KafkaConnectionError("cannot queue")
+    pump = PartitionPump(flow="primary->backup", source_topic="orders",
+                         target_topic="primary.orders", partition=0, next_offset=0,
+                         backoff=Backoff(initial=0.5, maximum=0.5))  # room to look first
+    pump.window = 3
+    pump.offer([Rec(i, str(i).encode()) for i in range(6)])  # type: ignore[list-item]
+    async with delivering(producer, pump):
+        await wait_until(lambda: pump.error is not None)
+        assert producer.held == [] and producer.sends == 1
+        await wait_until(lambda: len(producer.held) == 3)  # sent again after the backoff
+        for i in range(3):
+            producer.release(i)
+        await settled(pump, 6)
+    assert [v for _, v, _, _ in producer.written] == [str(i).encode() for i in range(6)]
+
+
+def test_a_rejected_batch_sends_its_successors_again_after_its_halves() -> None:
+    producer = StandInProducer(capacity=2)
+    pump = pump_for()
+    pump.window = 3
+    pump.offer([Rec(i, str(i).encode()) for i in range(6)])  # type: ignore[list-item]
+    for _ in range(3):
+        assert pump.ready(now=0.0)
+        pump.build(producer)
+    assert not pump.ready(now=0.0)
+    pump.failed(MessageSizeTooLargeError(), now=0.0)
+    sent = []
+    while pump.ready(now=0.0):
+        pump.build(producer)
+        sent.append(list(pump.sending.offsets() if pump.sending else []))
+        pump.acknowledged(len(sent))
+    assert sent == [[0], [1], [2, 3], [4, 5]]
+
+
+def test_a_failed_group_is_checked_as_one_and_sent_again_in_its_batches() -> None:
+    """Three batches in flight fail together: the target is checked for all of them; what
+    it lacks goes again in the same bounds (a batch split after a refusal stays split)."""
+    producer = StandInProducer(capacity=2)
+    pump = pump_for()
+    pump.window = 3
+    pump.target_end = 100
+    pump.offer([Rec(i, str(i).encode()) for i in range(6)])  # type: ignore[list-item]
+    for _ in range(3):
+        pump.build(producer)
+    pump.failed(KafkaConnectionError("broker went away"), now=0.0)
+    assert [r.offset for r in pump.unverified or []] == [0, 1, 2, 3, 4, 5]
+    # The target holds record 0 only: 1 goes alone (the rest of its batch), then 2-3, 4-5.
+    delivered = pump.checked(Landed(1, 100, 0), end=101, now=0.0)
+    assert delivered is not None and list(delivered.shipment.offsets()) == [0]
+    sent = []
+    while pump.ready(now=0.0):
+        pump.build(producer)
+        sent.append(list(pump.sending.offsets() if pump.sending else []))
+        pump.acknowledged(101 + len(sent))
+    assert sent == [[1], [2, 3], [4, 5]]

@@ -30,6 +30,8 @@ from mirrorline.core.errors import ConfigError
 from mirrorline.kafka._client_config import ClientConfig, Reader
 from mirrorline.kafka._client_sasl import sasl_kwargs
 from mirrorline.kafka._client_tls import ssl_context
+from mirrorline.kafka.pipelining import KEY as MAX_IN_FLIGHT
+from mirrorline.kafka.pipelining import max_in_flight
 
 __all__ = ["ClientKwargs", "admin_kwargs", "consumer_kwargs", "mark_reported",
            "producer_kwargs"]
@@ -112,6 +114,10 @@ def producer_kwargs(cfg: Mapping[str, str]) -> ClientKwargs:
     })
     if kwargs.get("enable_idempotence") and kwargs.get("acks", "all") != "all":
         raise ConfigError("acks", "must be all (or -1) when enable.idempotence is true")
+    if c.get(MAX_IN_FLIGHT) is not None:  # checked here; the flow's producer applies it
+        max_in_flight({MAX_IN_FLIGHT: c.text(MAX_IN_FLIGHT)},
+                      idempotent=kwargs.get("enable_idempotence",
+                                            kwargs.get("acks", "all") == "all"))
     return kwargs, c.ignored()
 
 

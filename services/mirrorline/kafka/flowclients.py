@@ -23,6 +23,7 @@ from mirrorline.core.settings import FlowSettings
 from mirrorline.kafka.admin import ClusterAdmin
 from mirrorline.kafka.clients import admin_kwargs, consumer_kwargs, producer_kwargs
 from mirrorline.kafka.clients import build as _kwargs
+from mirrorline.kafka.pipelining import install, max_in_flight
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,9 @@ class FlowClients:
     source_consumer_kwargs: dict[str, Any]
     #: The data producer's settings, to open a new one after an abort.
     producer_kwargs: dict[str, Any]
+    #: Batches of one partition the data producer keeps in flight (`kafka.pipelining`):
+    #: `max.in.flight.requests.per.connection` when it is idempotent and not transactional.
+    pipelining: int = 1
 
     @classmethod
     async def open(cls, flow: FlowSettings, worker_id: str, *,
@@ -77,7 +81,10 @@ class FlowClients:
             if transactional_id is not None:
                 pkw.update(transactional_id=transactional_id, enable_idempotence=True,
                            acks="all")
-            producer, pkw = await _start_data_producer(flow, pkw)
+            limit = max_in_flight(flow.clients.target_producer,
+                                  idempotent=pkw.get("enable_idempotence",
+                                                     pkw.get("acks", "all") == "all"))
+            producer, pkw, pipelining = await _start_data_producer(flow, pkw, limit)
             started.append(producer)
             bookkeeping = AIOKafkaProducer(**_kwargs(
                 producer_kwargs, flow.clients.target_producer, f"{name}|bookkeeping"))
@@ -99,12 +106,13 @@ class FlowClients:
         return cls(consumer=consumer, producer=producer, bookkeeping_producer=bookkeeping,
                    sync_producer=sync_producer, source_admin=source_admin,
                    target_admin=target_admin, target_consumer_kwargs=target_consumer,
-                   source_consumer_kwargs=ckw, producer_kwargs=pkw)
+                   source_consumer_kwargs=ckw, producer_kwargs=pkw, pipelining=pipelining)
 
     async def reopen_producer(self) -> AIOKafkaProducer:
         """Replace the data producer (after `abort_producer`); raises while the target is
         unreachable."""
         producer = AIOKafkaProducer(**self.producer_kwargs)
+        install(producer, self.pipelining)
         try:
             await producer.start()
         except BaseException:
@@ -129,9 +137,10 @@ def idempotent_by_default(java: Mapping[str, str], kwargs: Mapping[str, Any]) ->
             and "transactional_id" not in kwargs)
 
 
-async def _start_data_producer(flow: FlowSettings, kwargs: dict[str, Any]
-                               ) -> tuple[AIOKafkaProducer, dict[str, Any]]:
-    """The started data producer and the settings it runs with.
+async def _start_data_producer(flow: FlowSettings, kwargs: dict[str, Any], limit: int
+                               ) -> tuple[AIOKafkaProducer, dict[str, Any], int]:
+    """The started data producer, the settings it runs with and its pipelining depth
+    (`limit`, or 1 when it is not idempotent or is transactional).
 
     A target that refuses idempotent producers (InitProducerId: some Kafka-compatible
     brokers, or a principal without write access) gets a plain producer when idempotence
@@ -141,9 +150,10 @@ async def _start_data_producer(flow: FlowSettings, kwargs: dict[str, Any]
     if implicit:
         kwargs = dict(kwargs, enable_idempotence=True)
     producer = AIOKafkaProducer(**kwargs)
+    depth = install(producer, limit)
     try:
         await producer.start()
-        return producer, kwargs
+        return producer, kwargs, depth
     except KafkaConnectionError:
         await _close_all([producer])
         raise
@@ -169,7 +179,7 @@ async def _start_data_producer(flow: FlowSettings, kwargs: dict[str, Any]
     except BaseException:
         await _close_all([producer])
         raise
-    return producer, kwargs
+    return producer, kwargs, 1
 
 
 async def _close_all(clients: list[Any]) -> None:

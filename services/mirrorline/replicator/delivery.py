@@ -1,11 +1,19 @@
 """Drives every pump of a flow in rounds: fetch, build all ready batches, settle acks.
 
 Throughput in Python comes from doing work in the same shape as the network wants it:
-each round takes whatever the consumer has prefetched, builds the next batch of every
-partition that has none in flight and hands them all to the producer before yielding,
-so they leave in one produce request; then it waits for acknowledgements (or a retry
-deadline, or new records when nothing is in flight) and settles them. A partition whose
-batch failed waits out its backoff without holding up the others.
+each round takes whatever the consumer has prefetched, builds the next batches of every
+partition with room in flight (one batch, or up to the producer's pipelining depth,
+`mirrorline.kafka.pipelining`) and hands them all to the producer before yielding, so
+they leave together; then it waits for acknowledgements (or a retry deadline, or new
+records when nothing is in flight) and settles them. A partition whose batch failed
+waits out its backoff without holding up the others.
+
+A partition's batches are queued in the order they were built (each send waits until
+its predecessor is queued, and is not queued at all if that one was not) and settled in
+that order. When the oldest fails, the ones after it are settled with it, once each has
+ended: the partition then checks the target for all of them (`PartitionPump.failed`),
+and the flow hears the oldest's failure and those of the others (an out-of-order
+refusal among them replaces the producer).
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any
 
@@ -40,15 +49,39 @@ _ABORTED_SETTLE_S = 5.0
 
 
 async def _send(producer: AIOKafkaProducer, batch: Any, pump: PartitionPump,
-                queued: Callable[[asyncio.Future[Any]], None]) -> Any:
-    """Queue `batch` for the pump's partition (then tell `queued` this send's task) and
-    wait for its acknowledgement."""
-    await require_partition(producer, pump.target_topic, pump.partition)
-    delivered = await producer.send_batch(batch, pump.target_topic, partition=pump.partition)
+                queued: Callable[[asyncio.Future[Any]], None],
+                after: asyncio.Future[None] | None, enqueued: asyncio.Future[None]) -> Any:
+    """Queue `batch` for the pump's partition once the send before it (`after`) queued
+    its own, set `enqueued`, tell `queued` this send's task, and wait for its
+    acknowledgement."""
+    try:
+        if after is not None:
+            await asyncio.shield(after)
+        await require_partition(producer, pump.target_topic, pump.partition)
+        delivered = await producer.send_batch(batch, pump.target_topic,
+                                              partition=pump.partition)
+    except BaseException as exc:
+        if not enqueued.done():
+            enqueued.set_exception(SendAborted(f"not queued, as the batch before it was "
+                                               f"not: {exc!r}"))
+        raise
+    enqueued.set_result(None)
     task = asyncio.current_task()
     if task is not None:
         queued(task)
     return await delivered
+
+
+def _consume(future: asyncio.Future[Any]) -> None:
+    """Retrieve a future's failure, which its waiters (if any) report."""
+    if not future.cancelled():
+        future.exception()
+
+
+def _failure(future: asyncio.Future[Any]) -> BaseException | None:
+    if future.cancelled():
+        return SendAborted("cancelled before it was queued: the producer was aborted")
+    return future.exception()
 
 
 class DeliveryLoop:
@@ -77,6 +110,10 @@ class DeliveryLoop:
         self._on_ack = on_ack
         self._poll_timeout_ms = poll_timeout_ms
         self._in_flight: dict[asyncio.Future[Any], PartitionPump] = {}
+        #: Each pump's sends in flight, oldest first, with the future each sets once its
+        #: batch is queued (the next send of the pump waits for it).
+        self._sends: dict[PartitionPump, deque[tuple[asyncio.Future[Any],
+                                                     asyncio.Future[None]]]] = {}
         self._stopping = False
         self._settled = asyncio.Event()
         self.wake = asyncio.Event()
@@ -105,19 +142,46 @@ class DeliveryLoop:
         if producer is None:
             return
         for pump in list(self._pumps.values()):
-            if not pump.ready(now):
-                continue
-            batch = pump.build(producer)
-            refusal = oversized(batch, producer)
-            if refusal is not None:
-                pump.failed(refusal, now)
-                continue
-            # A send of its own: queueing may wait (for the remote topic's metadata, for
-            # room), and a producer aborted meanwhile never ends that wait, so the loop
-            # must not sit in it; `settle_all` cancels such a send.
-            send = asyncio.ensure_future(_send(producer, batch, pump, self._queued.add))
-            self._in_flight[send] = pump
-            self._launched_at[send] = now
+            while pump.ready(now) and not self._failing(pump):
+                batch = pump.build(producer)
+                refusal = oversized(batch, producer)
+                if refusal is not None:
+                    if pump.in_flight_count > 1:
+                        # Batches before it travel: it settles after them, in order.
+                        self._launch_refused(pump, refusal, now)
+                    else:
+                        pump.failed(refusal, now)
+                    break
+                # A send of its own: queueing may wait (for the remote topic's metadata, for
+                # room), and a producer aborted meanwhile never ends that wait, so the loop
+                # must not sit in it; `settle_all` cancels such a send.
+                sends = self._sends.setdefault(pump, deque())
+                after = sends[-1][1] if sends else None
+                enqueued: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                enqueued.add_done_callback(_consume)
+                send = asyncio.ensure_future(_send(producer, batch, pump, self._queued.add,
+                                                   after, enqueued))
+                sends.append((send, enqueued))
+                self._in_flight[send] = pump
+                self._launched_at[send] = now
+
+    def _failing(self, pump: PartitionPump) -> bool:
+        """A send of the pump failed: nothing more of it goes before that one settled."""
+        return any(send.done() and _failure(send) is not None
+                   for send, _ in self._sends.get(pump, ()))
+
+    def _launch_refused(self, pump: PartitionPump, refusal: BaseException,
+                        now: float) -> None:
+        """A refused batch behind others in flight: a send that fails at once, settled
+        in its turn."""
+        failed: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        failed.set_exception(refusal)
+        enqueued: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        enqueued.set_exception(SendAborted("refused before it was queued"))
+        enqueued.add_done_callback(_consume)
+        self._sends.setdefault(pump, deque()).append((failed, enqueued))
+        self._in_flight[failed] = pump
+        self._launched_at[failed] = now
 
     async def _settle_some(self) -> None:
         """Wait for an acknowledgement, a retry deadline or a wake-up; settle what is done."""
@@ -140,7 +204,11 @@ class DeliveryLoop:
         if stall_at is not None:
             left = max(0.0, stall_at - time.monotonic())
             wait_s = left if wait_s is None else min(wait_s, left)
-        waiting: set[asyncio.Future[Any]] = set(self._in_flight)
+        # Sends ended but not settled wait for an older one of their partition.
+        waiting: set[asyncio.Future[Any]] = {f for f in self._in_flight if not f.done()}
+        if not waiting:
+            self._settle(set(self._in_flight))
+            return
         if self._fetch_waiters is not None:
             waiting.update(self._fetch_waiters())
         done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED,
@@ -173,22 +241,52 @@ class DeliveryLoop:
     def _settle(self, done: set[asyncio.Future[Any]]) -> None:
         self._settled.set()
         now = time.monotonic()
+        pumps: dict[PartitionPump, None] = {}
         for future in done:
-            self._launched_at.pop(future, None)
-            self._queued.discard(future)
-            pump = self._in_flight.pop(future, None)
-            if pump is None:
-                continue  # settled by a concurrent waiter already
-            exc = (future.exception() if not future.cancelled()
-                   else SendAborted("cancelled before it was queued: the producer was aborted"))
-            if exc is not None:
-                pump.failed(exc, now)
-                if self._on_failed is not None:
-                    self._on_failed(pump, exc)
-            else:
-                self._on_ack(pump, pump.acknowledged(future.result().offset))
+            pump = self._in_flight.get(future)
+            if pump is not None:  # else settled by a concurrent waiter already
+                pumps[pump] = None
+        for pump in pumps:
+            self._settle_pump(pump, now)
         if not self._in_flight:
             self._stall_said = False
+
+    def _forget(self, future: asyncio.Future[Any]) -> None:
+        self._launched_at.pop(future, None)
+        self._queued.discard(future)
+        self._in_flight.pop(future, None)
+
+    def _settle_pump(self, pump: PartitionPump, now: float) -> None:
+        """Settle the pump's ended sends from its oldest on, in order."""
+        sends = self._sends.get(pump)
+        while sends and sends[0][0].done():
+            head = sends[0][0]
+            exc = _failure(head)
+            if exc is None:
+                sends.popleft()
+                self._forget(head)
+                self._on_ack(pump, pump.acknowledged(head.result().offset))
+                continue
+            if not all(send.done() for send, _ in sends):
+                # Later batches still travel: they land (then the check finds them) or
+                # fail (refused as out of order, or retried in order by the producer).
+                return
+            failures = [exc] + [e for e in (_failure(send) for send, _ in list(sends)[1:])
+                                if e is not None]
+            for send, _ in sends:
+                self._forget(send)
+            sends.clear()
+            pump.failed(exc, now)
+            if self._on_failed is not None:
+                # The head's failure, and what refused those after it (an out-of-order
+                # refusal means the producer must be replaced), once per kind.
+                kinds: set[type[BaseException]] = set()
+                for failure in failures:
+                    if type(failure) not in kinds:
+                        kinds.add(type(failure))
+                        self._on_failed(pump, failure)
+        if not sends:
+            self._sends.pop(pump, None)
 
     def _next_retry(self) -> float | None:
         waiting = [p.retry_at for p in self._pumps.values()

@@ -445,6 +445,8 @@ class FlowReplicator:
                              backoff=self._backoff)
         pump.target_end = start.point.target_end
         pump.transactional = self._txn_books is not None
+        if self._clients is not None and not pump.transactional:
+            pump.window = self._clients.pipelining
         if start.point.verdict is Verdict.STOP:
             pump.fail(start.point.message, logged=True)
         elif start.point.verdict is Verdict.FALLBACK:

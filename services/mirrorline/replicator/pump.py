@@ -1,12 +1,15 @@
 """The state of one source partition being copied to the same partition of its remote topic.
 
 A pump holds what was fetched and not yet delivered -- record lists, and source batches
-the batch path forwards as they are (`shipment.SourceBatch`) -- and at most one batch in
-flight, so
+the batch path forwards as they are (`shipment.SourceBatch`) -- and up to `window`
+batches in flight, in order. One (the default of a producer that does not pipeline), so
 a batch the target rejects can never be overtaken by the next one (aiokafka would
-otherwise send the following batch as soon as the failed one is unmuted). It does no
-I/O and owns no task: `mirrorline.replicator.delivery` drives every pump of a flow in
-rounds, which keeps all partitions' batches in the same produce requests.
+otherwise send the following batch as soon as the failed one is unmuted); more with a
+pipelining producer (`mirrorline.kafka.pipelining`), whose broker keeps them in order by
+their sequence numbers. A failure then settles every batch in flight at once: none of
+them is known to be on the target, and all are checked (or sent again) together, in
+order. It does no I/O and owns no task: `mirrorline.replicator.delivery` drives every
+pump of a flow in rounds, which keeps all partitions' batches in the same produce requests.
 
 Failures are settled where they are understood:
 * the target rejects a record (too large, corrupt): the batch is split in halves until
@@ -73,6 +76,20 @@ def oversized(batch: Any, producer: Any) -> MessageSizeTooLargeError | None:
                                     f"({limit})")
 
 
+def _rechunk(records: list[Record], sizes: Sequence[int], skip: int) -> list[list[Record]]:
+    """`records` past the first `skip`, cut where batches of `sizes` records ended."""
+    out: list[list[Record]] = []
+    start = 0
+    for size in list(sizes) or [len(records)]:
+        chunk = records[max(start, skip):start + size]
+        if chunk:
+            out.append(chunk)
+        start += size
+    if start < len(records):
+        out.append(records[max(start, skip):])
+    return out
+
+
 class PumpState(enum.Enum):
     RUNNING = "running"
     PAUSED = "paused"
@@ -124,8 +141,10 @@ class PartitionPump:
         self._backlog: deque[Chunk] = deque()
         #: Exact record lists to send next, in order (retries and halves of a split batch).
         self._forced: deque[list[Record]] = deque()
-        self._in_flight: Shipment | None = None
-        self._sent_ns = 0
+        #: Batches in flight, oldest first, with when each left (`time.time_ns`).
+        self._in_flight: deque[tuple[Shipment, int]] = deque()
+        #: How many batches may be in flight at once (the producer's pipelining depth).
+        self.window = 1
         #: The next batch, built while the current one travels (shipment, producer batch).
         self._prepared: tuple[Shipment, Any] | None = None
         self._attempt = 0
@@ -137,6 +156,9 @@ class PartitionPump:
         self._unreadable = 0
         #: Records of a failed produce that may have landed; checked before re-sending.
         self.unverified: list[Record] | None = None
+        #: How many records each failed batch of `unverified` held: sent again, they keep
+        #: those bounds (a batch refused too large was already split).
+        self._unverified_sizes: list[int] = []
         #: Batches commit in target transactions (`mirrorline.replicator.transactional`):
         #: commit markers and aborted records occupy target offsets between batches.
         self.transactional = False
@@ -168,17 +190,21 @@ class PartitionPump:
 
     @property
     def in_flight(self) -> bool:
-        return self._in_flight is not None
+        return bool(self._in_flight)
+
+    @property
+    def in_flight_count(self) -> int:
+        return len(self._in_flight)
 
     @property
     def sending(self) -> Shipment | None:
-        """What the batch in flight carries."""
-        return self._in_flight
+        """What the oldest batch in flight carries."""
+        return self._in_flight[0][0] if self._in_flight else None
 
     @property
     def idle(self) -> bool:
         """Nothing queued and nothing in flight."""
-        return (not self._backlog and not self._forced and self._in_flight is None
+        return (not self._backlog and not self._forced and not self._in_flight
                 and self._prepared is None and self.unverified is None)
 
     @property
@@ -186,14 +212,14 @@ class PartitionPump:
         return self._retry_at
 
     def ready(self, now: float) -> bool:
-        return (self.state is PumpState.RUNNING and self._in_flight is None
+        return (self.state is PumpState.RUNNING and len(self._in_flight) < self.window
                 and self.unverified is None
                 and bool(self._prepared or self._backlog or self._forced)
                 and now >= self._retry_at)
 
     def can_prepare(self) -> bool:
         """A batch travels and there are records for the next one: build it meanwhile."""
-        return (self.state is PumpState.RUNNING and self._in_flight is not None
+        return (self.state is PumpState.RUNNING and bool(self._in_flight)
                 and self._prepared is None and bool(self._backlog or self._forced))
 
     def skip_to(self, offset: int, reason: str, lost: int = 0) -> None:
@@ -255,8 +281,7 @@ class PartitionPump:
             self._prepared = None
         else:
             shipment, batch = self._fill(producer)
-        self._in_flight = shipment
-        self._sent_ns = time.time_ns()
+        self._in_flight.append((shipment, time.time_ns()))
         return batch
 
     def _fill(self, producer: Any) -> tuple[Shipment, Any]:
@@ -310,8 +335,9 @@ class PartitionPump:
         return Shipment(records=records), batch
 
     def acknowledged(self, base_offset: int) -> Delivered:
-        shipment = self._in_flight
-        assert shipment is not None, "acknowledged() without a batch in flight"
+        """The oldest batch in flight was acknowledged, its first record at `base_offset`."""
+        assert self._in_flight, "acknowledged() without a batch in flight"
+        shipment, sent_ns = self._in_flight.popleft()
         if (self.target_end is not None and base_offset > self.target_end
                 and not self.transactional):
             # Only this pump writes here, in order: anything in between is a produce the
@@ -323,7 +349,6 @@ class PartitionPump:
                         "written it, or another writer); detected, not undone", self.flow,
                         self.source_topic, self.partition, extra, self.target_end,
                         base_offset - 1)
-        self._in_flight = None
         self._attempt = 0
         self.error = None
         covered_from = self.next_offset
@@ -331,7 +356,7 @@ class PartitionPump:
         self.target_end = base_offset + shipment.count
         self.records_replicated += shipment.count
         self.last_ack_record_ts = shipment.last_timestamp
-        return Delivered(shipment, base_offset, self._sent_ns, covered_from)
+        return Delivered(shipment, base_offset, sent_ns, covered_from)
 
     def _unprepare(self) -> None:
         """Put the batch built in advance back in front of its queue: it must not
@@ -345,40 +370,50 @@ class PartitionPump:
                 assert shipment.records is not None
                 self._forced.appendleft(list(shipment.records))
 
-    def _settled_records(self) -> list[Record] | None:
-        """The records of the batch in flight, now settled as not delivered; a source batch
-        is decoded (it is checked and sent again as records). None: it cannot be decoded,
-        and the partition stopped, saying why."""
-        shipment = self._in_flight
-        assert shipment is not None, "no batch in flight"
-        self._in_flight = None
-        try:
-            return shipment.as_records()
-        except Exception as exc:
-            self.fail(self._where(shipment.first_offset,
-                                  f"the source batch cannot be decoded: {exc!r}"))
-            return None
+    def _settled_records(self) -> list[list[Record]] | None:
+        """The records of every batch in flight (oldest first), now settled as not
+        delivered; a source batch is decoded (it is checked and sent again as records).
+        None: one cannot be decoded, and the partition stopped, saying why."""
+        assert self._in_flight, "no batch in flight"
+        shipments = [shipment for shipment, _ in self._in_flight]
+        self._in_flight.clear()
+        out: list[list[Record]] = []
+        for shipment in shipments:
+            try:
+                out.append(shipment.as_records())
+            except Exception as exc:
+                self.fail(self._where(shipment.first_offset,
+                                      f"the source batch cannot be decoded: {exc!r}"))
+                return None
+        return out
 
     def failed(self, exc: BaseException, now: float) -> None:
-        """Settle a batch the producer could not deliver."""
+        """Settle the oldest batch in flight, which the producer could not deliver, and
+        with it every batch sent after it: each waits for its predecessor on the broker, so
+        none of them is known to be there either."""
         if self.state is not PumpState.RUNNING:
-            self._in_flight = None
+            self._in_flight.clear()
             return  # stopping or stopped: whoever resumes fetches these again
         self._unprepare()
-        whole_batch = self._in_flight is not None and self._in_flight.batch is not None
-        records = self._settled_records()
-        if records is None:
+        whole_batch = bool(self._in_flight) and self._in_flight[0][0].batch is not None
+        settled = self._settled_records()
+        if settled is None:
             return
+        first, after = settled[0], settled[1:]
         if isinstance(exc, RECORD_REJECTED):
+            # Refused, so not written, and neither were those after it (an idempotent
+            # broker refuses a batch whose predecessor it lacks): all go again, in order.
+            self._forced.extendleft(reversed(after))
             if whole_batch:  # refused as it is (too large for the target): re-batch it
-                self._forced.appendleft(records)
+                self._forced.appendleft(first)
                 return
-            if len(records) == 1:
-                self.fail(self._where(records[0].offset, f"target rejected the record: {exc!r}"))
+            if len(first) == 1:
+                self.fail(self._where(first[0].offset, f"target rejected the record: {exc!r}"))
                 return
-            half = len(records) // 2
-            self._forced.extendleft([records[half:], records[:half]])
+            half = len(first) // 2
+            self._forced.extendleft([first[half:], first[:half]])
             return
+        records = [r for chunk in settled for r in chunk]
         if not isinstance(exc, KafkaError):
             log.error("%s %s-%d: unexpected error from the producer", self.flow,
                       self.source_topic, self.partition, exc_info=exc)
@@ -387,11 +422,12 @@ class PartitionPump:
         self._retry_at = now + delay
         if self.target_end is not None:
             self.unverified = records
+            self._unverified_sizes = [len(chunk) for chunk in settled]
             self.error = (f"{len(records)} records from offset {records[0].offset} not "
                           f"acknowledged ({exc!r}); checking the target in {delay:.1f}s "
                           "before sending them again")
         else:
-            self._forced.appendleft(records)
+            self._forced.extendleft(reversed(settled))
             self.error = (f"retrying {len(records)} records from offset {records[0].offset} "
                           f"in {delay:.1f}s: {exc!r}")
         log.warning("%s %s-%d: %s", self.flow, self.source_topic, self.partition, self.error)
@@ -402,12 +438,13 @@ class PartitionPump:
         same records are sent again, in a new transaction, after a backoff -- unchecked,
         because the aborted copies on the target do not count."""
         if self.state is not PumpState.RUNNING:
-            self._in_flight = None
+            self._in_flight.clear()
             return
         self._unprepare()
-        records = self._settled_records()
-        if records is None:
+        settled = self._settled_records()
+        if settled is None:
             return
+        records = [r for chunk in settled for r in chunk]
         self._forced.appendleft(records)
         delay = self._backoff.delay(self._attempt)
         self._attempt += 1
@@ -430,7 +467,7 @@ class PartitionPump:
         self._unreadable = 0
         count = landed.count if landed is not None else 0
         if count < len(records):
-            self._forced.appendleft(records[count:])
+            self._forced.extendleft(reversed(_rechunk(records, self._unverified_sizes, count)))
         if landed is None:
             log.warning("%s %s-%d: the target holds records this partition did not write "
                         "after offset %s; re-sending %d records unchecked", self.flow,
@@ -445,7 +482,7 @@ class PartitionPump:
             self.target_end = end
             return None
         assert landed.base is not None
-        self._in_flight = Shipment(records=records[:count])
+        self._in_flight.appendleft((Shipment(records=records[:count]), time.time_ns()))
         self.target_end = None  # the copies found decide, not the end known before
         delivered = self.acknowledged(landed.base)
         self.target_end = end
@@ -459,7 +496,7 @@ class PartitionPump:
         self._unreadable = self._unreadable + 1 if answered else 0
         if self._unreadable >= MAX_UNREADABLE_CHECKS and self.unverified is not None:
             records, self.unverified = self.unverified, None
-            self._forced.appendleft(records)
+            self._forced.extendleft(reversed(_rechunk(records, self._unverified_sizes, 0)))
             self.target_end = None
             self._unreadable = 0
             self.error = (f"cannot tell whether {len(records)} records from offset "
