@@ -34,7 +34,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from mirrorline.core import record_audit as audit
 from mirrorline.core.filters import TopicFilter, should_replicate_topic
 from mirrorline.core.settings import FlowSettings
-from mirrorline.heartbeat.audit_app import AuditApp, cadence_s
+from mirrorline.heartbeat.audit_app import AuditApp, cadence_s, until_due_s
 from mirrorline.heartbeat.retrying import Retrying
 from mirrorline.kafka.causes import unreachable
 from mirrorline.kafka.metadata import partitions_by_topic
@@ -171,7 +171,7 @@ class AuditReader(Retrying):
             #: retention's, or merely transaction markers' and compaction's.
             gaps: dict[TopicPartition, list[tuple[int, int, int]]] = {}
             flush_s = cadence_s(window)
-            deadline = loop.time() + flush_s
+            deadline = loop.time() + until_due_s(flush_s)
             if not part_of:  # nothing to read (yet)
                 await asyncio.sleep(flush_s)
             # Read until the report is due, idle or not: an idle reader reports once per
