@@ -77,13 +77,12 @@ def cadence_s(window_ms: int) -> float:
 
 def until_due_s(cadence: float, now: float | None = None) -> float:
     """Seconds until the next report or judging round on a `cadence` grid of wall-clock
-    time (multiples of the cadence since the epoch), at least a tenth of a cadence away.
+    time (multiples of the cadence since the epoch): more than 0, at most a cadence.
     Readers and judging rounds due together send their events together: they then share
     the app producer's requests, the agent's fetches and its changelog writes, where
     apart each cost a request of its own."""
     now = time.time() if now is None else now
-    left = cadence - now % cadence
-    return left + cadence if left < cadence / 10 else left
+    return cadence - now % cadence
 #: How long the app's producer waits for more to send with what it has (faust's
 #: `producer_linger`); readers and the agent wait for nothing it sends but verdicts.
 PRODUCER_LINGER_S = 0.05
