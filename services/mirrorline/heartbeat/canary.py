@@ -53,6 +53,9 @@ APPLY_TIMEOUT_S = 15.0
 #: How long a canary reader's fetch waits at the broker for a canary (a `fetch.max.wait.ms`
 #: set for the target's consumers in the file wins).
 CANARY_FETCH_WAIT_MS = 2000
+#: Seconds between a canary reader's looks for new partitions of its remote canary (the
+#: source cluster gained a broker), once it reads some; every 2 s until then.
+PARTITIONS_EVERY_S = 10.0
 
 
 def _now_ms() -> int:
@@ -211,7 +214,7 @@ class CanaryReader(Retrying):
                     await self._assign(consumer, app, assigned, tps)
                     assigned = tps
                     self.partitions = len(tps)
-                next_check = loop.time() + 2.0
+                next_check = loop.time() + (PARTITIONS_EVERY_S if assigned else 2.0)
             if not assigned:
                 await asyncio.sleep(0.5)
                 continue
