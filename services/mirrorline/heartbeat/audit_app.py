@@ -57,6 +57,7 @@ from mirrorline.core.canary import (
 from mirrorline.core.record_audit import Side, WindowVerdict
 from mirrorline.core.settings import FlowSettings
 from mirrorline.kafka.admin import ClusterAdmin, TopicSpec
+from mirrorline.kafka.reader import TAIL_ROUTINE_MS
 from mirrorline.runtime import stop_within
 
 log = logging.getLogger(__name__)
@@ -165,6 +166,17 @@ class _DaemonWorker(WorkerThread):
             log.info("faust's consumer thread ended with %r", exc)
 
 
+def _slow_fetch_routine(consumer_thread: Any) -> None:
+    """Let the fetch routine of faust's consumer wake once a second with nothing to do, as
+    every tail of ours does (`kafka.reader.TAIL_ROUTINE_MS`), not five times: faust
+    offers no setting for aiokafka's `consumer_timeout_ms`, so it is set on the routine's
+    fetcher, which reads it each time round (an aiokafka without it keeps its own)."""
+    consumer = getattr(consumer_thread, "_consumer", None)
+    fetcher = getattr(consumer, "_fetcher", None)
+    if fetcher is not None and hasattr(fetcher, "_fetcher_timeout"):
+        fetcher._fetcher_timeout = TAIL_ROUTINE_MS / 1000
+
+
 def _part_key(flow: str, side: str, part: str) -> str:
     return f"{flow}|{side}|{part}"
 
@@ -258,6 +270,7 @@ class AuditApp:
             consumer_thread.Worker = _DaemonWorker
         self._starting = asyncio.create_task(self.app.start(), name=f"faust {self.target}")
         await asyncio.shield(self._starting)
+        _slow_fetch_routine(consumer_thread)
         self.started = True
         self._ticker = asyncio.create_task(self._tick(), name=f"audit ticks {self.target}")
         for name, flow in list(self.flows.items()):
