@@ -34,10 +34,12 @@ HEARTBEAT_NOTE = """\
 heartbeat, idle by design: an MM2 heartbeat per cluster pair every second (pairs due
 together share one request); a canary per source partition every canary.interval.ms,
 timed as it is read back and reported to its faust table once per audit cadence (3 s
-for minute windows); the audit of the canary topic's copy (a report per side and a
-judging round per cadence; partitions with no window open are not reported); the faust
-app's consumer thread, group heartbeats and commits. Its tails long-poll (500 ms; the
-audit's fetches wait for the cadence's records), and the topology reads every 2 s."""
+for minute windows, one event for all partitions); the audit of the canary topic's copy
+(a report per side and a judging round per cadence; partitions with no window open are
+not reported). Reports and rounds fall due together on a grid of the cadence and share
+the faust app's requests; its consumer thread sends group heartbeats every 2 s and
+commits every 10 s. Tails long-poll (the control log 2 s, others 500 ms; the audit's
+fetches wait for the cadence's records), and the topology reads every 2 s."""
 
 
 def _children() -> dict[int, list[int]]:

@@ -42,6 +42,14 @@ CONTROL_TOPIC = "mirrorline.control.internal"
 #: How often, at most, a reader that reads nothing new checks that the topic still exists.
 _EXISTS_EVERY_S = 2.0
 
+#: How long a fetch of the control log's tail waits for a record before the broker answers
+#: empty. Every service tails the control log, and idle it is written about never: at the
+#: tails' 500 ms (`kafka.reader.TAIL_WAIT_MS`) each service fetched it twice a second for
+#: nothing. A record is answered as it lands (Apache Kafka answers a waiting fetch at
+#: once; Tansu within about 0.2 s at this wait), so a change reaches every service as
+#: soon as before. A fetch.max.wait.ms set in the file wins.
+TAIL_WAIT_MS = 2000
+
 #: Called after every applied record: (offset, record, outcome).
 Listener = Callable[[int, control_pb2.ControlRecord, Outcome], None]
 
@@ -54,7 +62,7 @@ class ControlLog:
         self.topic = topic
         self.state = ControlState()
         self._consumer_kwargs = dict(consumer_kwargs)
-        self._reader = TopicReader(self._consumer_kwargs, topic)
+        self._reader = TopicReader(self._consumer_kwargs, topic, tail_wait_ms=TAIL_WAIT_MS)
         self._producer = (AIOKafkaProducer(**dict(producer_kwargs, acks="all"))
                           if producer_kwargs is not None else None)
         self._outcomes: OrderedDict[int, Outcome] = OrderedDict()
@@ -98,7 +106,8 @@ class ControlLog:
                 await self._reader.stop()
                 if time.monotonic() > deadline:
                     raise
-                self._reader = TopicReader(self._consumer_kwargs, self.topic)
+                self._reader = TopicReader(self._consumer_kwargs, self.topic,
+                                       tail_wait_ms=TAIL_WAIT_MS)
                 await asyncio.sleep(1.0)
         for record in await self._reader.read_to_end():
             self._apply(record.offset, record.value)
@@ -217,7 +226,8 @@ class ControlLog:
             await self._reader.stop()
         if self._ensure_topic is not None:
             await self._ensure_topic()
-        self._reader = TopicReader(self._consumer_kwargs, self.topic)
+        self._reader = TopicReader(self._consumer_kwargs, self.topic,
+                                  tail_wait_ms=TAIL_WAIT_MS)
         try:
             await self._reader.start(partitions=None)
         except LookupError:

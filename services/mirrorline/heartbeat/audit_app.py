@@ -18,10 +18,11 @@ ListOffsets answers short of the log end): the readers simply re-read those reco
 
 The canary's table works the same way: one entry per flow and partition of the remote
 canary topic, holding the next offset to read with the partition's windowed arrival
-state (`core.canary.PartitionState`), folded by the same agent from "canary" events of
-the flow's `CanaryReader`. So a restarted service resumes latency samples, lost and
-duplicated counts and the sequences seen, rather than starting blind (which would take
-the first canary after a restart for a gap, or forget a repeat).
+state (`core.canary.PartitionState`), folded by the same agent from "canaries" events of
+the flow's `CanaryReader` (one per report, for every partition read). So a restarted
+service resumes latency samples, lost and duplicated counts and the sequences seen,
+rather than starting blind (which would take the first canary after a restart for a
+gap, or forget a repeat).
 
 Verdicts go to the audit topic on the target, keyed by flow, topic, partition and
 window, so a verdict written twice (a window judged again after a recovery that lost the
@@ -56,6 +57,7 @@ from mirrorline.core.canary import (
 from mirrorline.core.record_audit import Side, WindowVerdict
 from mirrorline.core.settings import FlowSettings
 from mirrorline.kafka.admin import ClusterAdmin, TopicSpec
+from mirrorline.kafka.reader import TAIL_ROUTINE_MS
 from mirrorline.runtime import stop_within
 
 log = logging.getLogger(__name__)
@@ -72,6 +74,21 @@ TICK_MAX_S = 3.0
 def cadence_s(window_ms: int) -> float:
     """Seconds between judging rounds (and reports) for windows of `window_ms`."""
     return min(TICK_MAX_S, max(TICK_S, window_ms / 20_000))
+
+
+def until_due_s(cadence: float, now: float | None = None) -> float:
+    """Seconds until the next report or judging round on a `cadence` grid of wall-clock
+    time (multiples of the cadence since the epoch): more than 0, at most a cadence.
+    Readers and judging rounds due together send their events together: they then share
+    the app producer's requests, the agent's fetches and its changelog writes, where
+    apart each cost a request of its own."""
+    now = time.time() if now is None else now
+    return cadence - now % cadence
+#: How long the app's producer waits for more to send with what it has (faust's
+#: `producer_linger`); readers and the agent wait for nothing it sends but verdicts.
+PRODUCER_LINGER_S = 0.05
+#: Seconds between commits of the app's consumer (faust's `broker_commit_interval`).
+COMMIT_INTERVAL_S = 10.0
 #: Longest wait for each step of stopping faust (it stops within a second normally);
 #: the service's whole stop fits in `HeartbeatService.stop_budget_s`.
 STOP_TIMEOUT_S = 2.0
@@ -149,6 +166,17 @@ class _DaemonWorker(WorkerThread):
             log.info("faust's consumer thread ended with %r", exc)
 
 
+def _slow_fetch_routine(consumer_thread: Any) -> None:
+    """Let the fetch routine of faust's consumer wake once a second with nothing to do, as
+    every tail of ours does (`kafka.reader.TAIL_ROUTINE_MS`), not five times: faust
+    offers no setting for aiokafka's `consumer_timeout_ms`, so it is set on the routine's
+    fetcher, which reads it each time round (an aiokafka without it keeps its own)."""
+    consumer = getattr(consumer_thread, "_consumer", None)
+    fetcher = getattr(consumer, "_fetcher", None)
+    if fetcher is not None and hasattr(fetcher, "_fetcher_timeout"):
+        fetcher._fetcher_timeout = TAIL_ROUTINE_MS / 1000
+
+
 def _part_key(flow: str, side: str, part: str) -> str:
     return f"{flow}|{side}|{part}"
 
@@ -180,6 +208,13 @@ class AuditApp:
             datadir=self._datadir,
             topic_partitions=1, producer_acks=-1, broker_session_timeout=6.0,
             broker_heartbeat_interval=2.0, stream_wait_empty=False,
+            # Offsets of the events topic are committed every 10 s, not faust's 2.8 s:
+            # events replayed after a crash change nothing (the table's positions), so a
+            # longer interval costs no correctness, only requests saved.
+            broker_commit_interval=COMMIT_INTERVAL_S,
+            # Events due together (`until_due_s`) and the changelog writes of applying
+            # them go out in one request rather than one each.
+            producer_linger=PRODUCER_LINGER_S,
             table_cleanup_interval=3600.0, autodiscover=False,
             broker_credentials=faust_credentials(client_kwargs or {}))
         self._events = self.app.topic(topics.events, value_serializer="json", partitions=1)
@@ -235,6 +270,7 @@ class AuditApp:
             consumer_thread.Worker = _DaemonWorker
         self._starting = asyncio.create_task(self.app.start(), name=f"faust {self.target}")
         await asyncio.shield(self._starting)
+        _slow_fetch_routine(consumer_thread)
         self.started = True
         self._ticker = asyncio.create_task(self._tick(), name=f"audit ticks {self.target}")
         for name, flow in list(self.flows.items()):
@@ -308,7 +344,7 @@ class AuditApp:
         an event through the app's topic."""
         while True:
             windows = [f.audit.window_ms for f in self.flows.values() if f.audit.enabled]
-            await asyncio.sleep(cadence_s(min(windows, default=0)))
+            await asyncio.sleep(until_due_s(cadence_s(min(windows, default=0))))
             if self._anything_open():
                 await self.send({"kind": "tick"})
 
@@ -399,28 +435,32 @@ class AuditApp:
             self._fold_parts(event)
         elif kind == "tick":
             await self._judge()
-        elif kind == "canary":
-            self._fold_canary(event)
+        elif kind == "canaries":
+            for partition, data in event["parts"].items():
+                self._fold_canary(str(event["flow"]), int(partition), data,
+                                  int(event["window"]))
+        elif kind == "canary":  # one partition's, as readers reported before "canaries"
+            self._fold_canary(str(event["flow"]), int(event["partition"]), event,
+                              int(event["window"]))
 
-    def _fold_canary(self, event: Mapping[str, Any]) -> None:
-        flow, partition = str(event["flow"]), int(event["partition"])
+    def _fold_canary(self, flow: str, partition: int, data: Mapping[str, Any],
+                     window_ms: int) -> None:
         key = f"{flow}|{partition}"
         state = self.canary_table.get(key)
         if state is None:
-            state = new_partition_state(int(event["from"]))
-        elif int(state["next"]) != int(event["from"]):
+            state = new_partition_state(int(data["from"]))
+        elif int(state["next"]) != int(data["from"]):
             return  # stale or replayed: the reader re-reads from state["next"]
-        for session, sequence, sent_ms, *arrived in event["records"]:
+        for session, sequence, sent_ms, *arrived in data["records"]:
             # Each canary's own arrival time; events written before readers reported
             # several arrivals at once carry one for all.
-            at = int(arrived[0]) if arrived else int(event["at"])
+            at = int(arrived[0]) if arrived else int(data["at"])
             anomaly = fold_arrival(state, CanaryRecord(int(session), partition, int(sequence),
                                                        int(sent_ms)),
-                                   at, window_ms=int(event["window"]),
-                                   since_ms=int(event["since"]))
+                                   at, window_ms=window_ms, since_ms=int(data["since"]))
             if anomaly:
                 log.warning("canary %s: %s", flow, anomaly)
-        state["next"] = int(event["to"])
+        state["next"] = int(data["to"])
         self.canary_table[key] = state
 
     def _fold_parts(self, event: Mapping[str, Any]) -> None:

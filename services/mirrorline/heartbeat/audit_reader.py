@@ -36,7 +36,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from mirrorline.core.batch_audit import Pairing
 from mirrorline.core.filters import TopicFilter, should_replicate_topic
 from mirrorline.core.settings import FlowSettings
-from mirrorline.heartbeat.audit_app import AuditApp, cadence_s
+from mirrorline.heartbeat.audit_app import AuditApp, cadence_s, until_due_s
 from mirrorline.heartbeat.audit_fold import Cycle, SideFolder
 from mirrorline.heartbeat.retrying import Retrying
 from mirrorline.kafka.causes import unreachable
@@ -199,7 +199,7 @@ class AuditReader(Retrying):
                 next_refresh = loop.time() + REFRESH_S
             cycles: dict[TopicPartition, Cycle] = {}
             flush_s = cadence_s(window)
-            deadline = loop.time() + flush_s
+            deadline = loop.time() + until_due_s(flush_s)
             if not part_of:  # nothing to read (yet)
                 await asyncio.sleep(flush_s)
             # Read until the report is due, idle or not: an idle reader reports once per

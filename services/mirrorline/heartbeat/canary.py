@@ -6,11 +6,12 @@ partition every `canary.interval.ms`, carrying its send time, its per-partition 
 number and W3C trace context. The reader of each flow reads the remote canary topic on
 the target, takes each canary's arrival time as it is read (and tells the flow's
 `FlowCanary` it is no longer overdue), and hands the arrivals, once per audit cadence
-(`audit_app.cadence_s`), as one "canary" event per partition to the target's faust app,
-whose agent folds them into the canary table (`core.canary.fold_arrival`); the flow's
-`FlowCanary` judges latency, losses and repeats from that table. One event per cadence
-rather than per canary: each is a produce, a fetch and a changelog write through the
-app, and at one a second they were a large part of what an idle service spent. Like
+(`audit_app.cadence_s`), as one "canaries" event for all its partitions to the target's
+faust app, whose agent folds them into the canary table (`core.canary.fold_arrival`);
+the flow's `FlowCanary` judges latency, losses and repeats from that table. One event
+per cadence rather than per canary or per partition: each is a produce, a fetch and a
+changelog write through the app, and at one a second they were a large part of what an
+idle service spent. Like
 the audit's readers, a reader resumes from the offset the table records and re-reads
 from there whenever its event was not applied, so a restart neither loses nor
 double-counts an arrival.
@@ -36,7 +37,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from mirrorline.core.canary import TRACEPARENT, CanaryRecord, FlowCanary
 from mirrorline.core.errors import WireFormatError
-from mirrorline.heartbeat.audit_app import AuditApp, cadence_s
+from mirrorline.heartbeat.audit_app import AuditApp, cadence_s, until_due_s
 from mirrorline.heartbeat.retrying import Retrying
 from mirrorline.kafka.admin import ClusterAdmin, TopicSpec, UnsupportedByBroker
 from mirrorline.kafka.causes import unreachable
@@ -52,6 +53,9 @@ APPLY_TIMEOUT_S = 15.0
 #: How long a canary reader's fetch waits at the broker for a canary (a `fetch.max.wait.ms`
 #: set for the target's consumers in the file wins).
 CANARY_FETCH_WAIT_MS = 2000
+#: Seconds between a canary reader's looks for new partitions of its remote canary (the
+#: source cluster gained a broker), once it reads some; every 2 s until then.
+PARTITIONS_EVERY_S = 10.0
 
 
 def _now_ms() -> int:
@@ -210,7 +214,7 @@ class CanaryReader(Retrying):
                     await self._assign(consumer, app, assigned, tps)
                     assigned = tps
                     self.partitions = len(tps)
-                next_check = loop.time() + 2.0
+                next_check = loop.time() + (PARTITIONS_EVERY_S if assigned else 2.0)
             if not assigned:
                 await asyncio.sleep(0.5)
                 continue
@@ -224,10 +228,9 @@ class CanaryReader(Retrying):
                     self._arrived(tp.partition, records, arrival)
                     unreported.setdefault(tp, []).extend((r, arrival) for r in records)
             if unreported and report_at is None:
-                report_at = loop.time() + cadence_s(self.canary.window_ms)
+                report_at = loop.time() + until_due_s(cadence_s(self.canary.window_ms))
             if report_at is not None and loop.time() >= report_at:
-                for tp, arrivals in unreported.items():
-                    await self._fold(consumer, app, tp, arrivals)
+                await self._report(consumer, app, unreported)
                 unreported.clear()
                 report_at = None
 
@@ -264,37 +267,50 @@ class CanaryReader(Retrying):
                 else:
                     consumer.seek(tp, at.offset)
 
-    async def _fold(self, consumer: AIOKafkaConsumer, app: AuditApp, tp: TopicPartition,
-                    arrivals: list[tuple[Any, int]]) -> None:
-        """Report the partition's `arrivals` (record, arrival ms) as one event, each
-        canary with its own arrival time."""
-        if not arrivals:
-            return
-        records = [r for r, _at in arrivals]
-        state = app.canary_state(self.flow_name, tp.partition)
-        start = records[0].offset if state is None else int(state["next"])
-        if records[0].offset != start:  # not where the table stands: re-read from there
-            consumer.seek(tp, start)
-            return
-        # Canaries sent before the partition opened (its first arrival here) are the
-        # backlog of a mirror that was starting or stopped: no latency samples.
-        opened = self.canary.open(tp.partition, arrivals[0][1])
-        decoded = [(r, c, at) for r, c, at in ((r, self._decode(r), at) for r, at in arrivals)
-                   if c is not None]
-        to = records[-1].offset + 1
-        await app.send({"kind": "canary", "flow": self.flow_name, "partition": tp.partition,
-                        "from": start, "to": to, "at": arrivals[-1][1], "since": opened,
-                        "window": self.canary.window_ms,
-                        "records": [[c.session, c.sequence, c.sent_ms, at]
-                                    for _r, c, at in decoded]})
-        if not await self._applied(app, tp.partition, to):
-            log.info("canary %s: state moved elsewhere; re-reading from the table's position",
-                     self.flow_name)
+    async def _report(self, consumer: AIOKafkaConsumer, app: AuditApp,
+                      unreported: Mapping[TopicPartition, list[tuple[Any, int]]]) -> None:
+        """Report what every partition read since the last report (record, arrival ms) as
+        one event, each canary with its own arrival time. One event for the partitions
+        together, not one each: each event is a produce, a fetch by the app and a
+        changelog write (a canary topic has a partition per broker of its source cluster)."""
+        parts: dict[str, dict[str, Any]] = {}
+        starts: dict[TopicPartition, int] = {}
+        ends: dict[int, int] = {}
+        decoded: dict[TopicPartition, list[tuple[Any, CanaryRecord, int]]] = {}
+        for tp, arrivals in unreported.items():
+            if not arrivals:
+                continue
+            records = [r for r, _at in arrivals]
             state = app.canary_state(self.flow_name, tp.partition)
-            consumer.seek(tp, start if state is None else int(state["next"]))
+            start = records[0].offset if state is None else int(state["next"])
+            if records[0].offset != start:  # not where the table stands: re-read from there
+                consumer.seek(tp, start)
+                continue
+            # Canaries sent before the partition opened (its first arrival here) are the
+            # backlog of a mirror that was starting or stopped: no latency samples.
+            opened = self.canary.open(tp.partition, arrivals[0][1])
+            decoded[tp] = [(r, c, at) for r, c, at in
+                           ((r, self._decode(r), at) for r, at in arrivals) if c is not None]
+            starts[tp], ends[tp.partition] = start, records[-1].offset + 1
+            parts[str(tp.partition)] = {
+                "from": start, "to": ends[tp.partition], "at": arrivals[-1][1],
+                "since": opened,
+                "records": [[c.session, c.sequence, c.sent_ms, at]
+                            for _r, c, at in decoded[tp]]}
+        if not parts:
             return
-        for record, canary, at in decoded:
-            self._arrival_span(record, canary, at)
+        await app.send({"kind": "canaries", "flow": self.flow_name,
+                        "window": self.canary.window_ms, "parts": parts})
+        await self._applied(app, ends)
+        for tp, start in starts.items():
+            state = app.canary_state(self.flow_name, tp.partition)
+            if state is None or int(state["next"]) != ends[tp.partition]:
+                log.info("canary %s: state of partition %d moved elsewhere; re-reading from "
+                         "the table's position", self.flow_name, tp.partition)
+                consumer.seek(tp, start if state is None else int(state["next"]))
+                continue
+            for record, canary, at in decoded[tp]:
+                self._arrival_span(record, canary, at)
 
     def _arrival_span(self, record: Any, canary: CanaryRecord, arrival_ms: int) -> None:
         """The canary's arrival, in the trace its sender started (the replicator copies
@@ -315,10 +331,14 @@ class CanaryReader(Retrying):
                         "mirrorline.canary.latency_ms": max(0, arrival_ms - canary.sent_ms)})
         span.end()
 
-    async def _applied(self, app: AuditApp, partition: int, to: int) -> bool:
+    async def _applied(self, app: AuditApp, ends: Mapping[int, int]) -> bool:
+        """Whether the table reached `ends` (partition -> next offset) in time."""
         def done() -> bool:
-            state = app.canary_state(self.flow_name, partition)
-            return state is not None and int(state["next"]) == to
+            for partition, to in ends.items():
+                state = app.canary_state(self.flow_name, partition)
+                if state is None or int(state["next"]) != to:
+                    return False
+            return True
 
         return await app.wait_applied(done, APPLY_TIMEOUT_S)
 

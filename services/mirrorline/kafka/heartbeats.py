@@ -102,7 +102,9 @@ class NewestHeartbeats:
                     self._take(record)
                 if records:
                     self._positions[tp] = records[-1].offset + 1
-            if not batches and await self._caught_up(tps):
+            # Caught up as of the answer just taken: done, without the empty fetch that
+            # waiting for one more answer sent on every read.
+            if await self._caught_up(tps):
                 break
             if time.monotonic() > deadline:
                 break

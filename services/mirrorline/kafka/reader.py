@@ -34,14 +34,15 @@ TAIL_ROUTINE_MS = 1000
 class TopicReader:
     """Reads every partition of one topic from the beginning; can keep tailing it."""
 
-    def __init__(self, consumer_kwargs: Mapping[str, Any], topic: str) -> None:
+    def __init__(self, consumer_kwargs: Mapping[str, Any], topic: str, *,
+                 tail_wait_ms: int = TAIL_WAIT_MS) -> None:
         kwargs = dict(consumer_kwargs)
         kwargs.pop("group_id", None)
         kwargs["enable_auto_commit"] = False
         kwargs["auto_offset_reset"] = "earliest"
         #: Reading to the end waits at most this long on an empty partition; tailing waits
-        #: longer (`TAIL_WAIT_MS`) -- unless the file sets fetch.max.wait.ms for the client.
-        self._tail_wait_ms = kwargs.get("fetch_max_wait_ms", TAIL_WAIT_MS)
+        #: longer (`tail_wait_ms`) -- unless the file sets fetch.max.wait.ms for the client.
+        self._tail_wait_ms = kwargs.get("fetch_max_wait_ms", tail_wait_ms)
         kwargs.setdefault("fetch_max_wait_ms", 100)
         kwargs.setdefault("consumer_timeout_ms", TAIL_ROUTINE_MS)
         self.topic = topic
