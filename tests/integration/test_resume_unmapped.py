@@ -81,6 +81,24 @@ async def test_copies_after_durable_progress_without_a_mapped_point_are_not_repe
     assert f"{topic}-0: resuming at source offset 9" in log
 
 
+async def test_copies_from_the_start_with_durable_progress_but_no_mapped_point_are_not_repeated(
+        primary: LocalBroker, backup: LocalBroker, unique: str, tmp_path: Path) -> None:
+    """The owner copied 0..8 from the source's start and wrote durable progress (offset 4)
+    before its first offset sync and offset-map run, then crashed: the remote partition
+    starts with the copy of source offset 0, not of the progress one. A worker killed
+    mid-burst one second after it took a new flow left this (the hand-over test of
+    test_exactly_once.py, now and then), and the next owner copied 5..8 again."""
+    topic = f"{unique}-unmapped-from-start"
+    source = await source_records(primary, topic)
+    await produce(backup.bootstrap, progress_topic("primary"), [
+        Record(encode_offset(4), key=source_offset_key("primary", topic, 0))])
+    await create_topic(backup.bootstrap, f"primary.{topic}", 1)
+    await produce(backup.bootstrap, f"primary.{topic}", [Record.of(r) for r in source[:9]])
+    target, log = await mirrored(primary, backup, topic, tmp_path, source[-1].value)
+    assert content(target) == content(source), "records after progress copied twice"
+    assert f"{topic}-0: resuming at source offset 9" in log
+
+
 async def test_a_foreign_record_in_the_remote_topic_falls_back_to_copy_everything(
         primary: LocalBroker, backup: LocalBroker, unique: str, tmp_path: Path) -> None:
     topic = f"{unique}-preexisting"

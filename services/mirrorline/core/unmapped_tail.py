@@ -8,7 +8,10 @@ progress or ``auto.offset.reset`` and copies those records a second time.
 The gap closes with a *candidate* anchor: the remote partition's first readable record
 against the first source record at the position this owner would start from anyway --
 durable progress when there is any, else the source's first record (``auto.offset.reset``
-other than ``latest``). The two are matched record by record exactly like a mapped tail
+other than ``latest``). Progress can also be written before the first offset sync and
+offset-map run; the remote partition then starts with the copy of the source's first
+record, which `mirrorline.kafka.unmapped_tail` tries as a second candidate, taken only
+when the match reaches the progress. The two are matched record by record exactly like a mapped tail
 (`mirrorline.core.tail_match.match_tail`: position, key, value, headers, timestamp).
 
 Why this cannot skip a record: a match proves that every source record from the start

@@ -6,9 +6,12 @@ partition, not a tail of up to the tail bound (`mirrorline.kafka.resume.MAX_TAIL
 
 1. the remote partition's first readable record (an empty or missing remote partition
    ends it here: nothing to match, nothing to repeat -- the common fresh start);
-2. the first source record from where this owner would start;
-3. only where those two are the same record: the remote partition from that record to
-   its end (at most the bound + 1) and as many source records, both at once.
+2. the first source record from where this owner would start -- and where that is durable
+   progress and the two differ, the source's first record too (progress written before
+   the first offset sync and offset-map run: the copies began at the source's start);
+3. only where the remote partition's first record is one of those: the remote partition
+   from there to its end (at most the bound + 1) and as many source records, both at
+   once.
 """
 
 from __future__ import annotations
@@ -57,21 +60,43 @@ async def match_unmapped(*, source_consumer: Mapping[str, Any],
                                       f"partition cannot be read from its start: {head.error}")
         else:
             held[tp] = head
-    firsts = {tp: _source_range(partitions[tp][1], 1) for tp in held}
+    starts = {tp: partitions[tp][1] for tp in held}
+    firsts = {tp: _source_range(starts[tp], 1) for tp in held}
     await read_or_note(source_consumer, firsts, left(), "source")
     agreed: dict[TopicPartition, int] = {}
+    refused: dict[TopicPartition, TailMatch] = {}
     for tp, head in held.items():
-        start, first = partitions[tp][1], firsts[tp]
+        start, first = starts[tp], firsts[tp]
         if first.error:
             out[tp] = _unreadable_source(start, first.error)
             continue
         match = match_from_start(start, head.records, first.records)
         assert match is not None  # the target holds a record
         if not match.ok:
-            out[tp] = match
+            refused[tp] = match
             continue
         span = (head.end or 0) - head.records[0].offset  # records on the target, at most
         agreed[tp] = min(span, bound) + 1
+    # Durable progress whose copies were never mapped (the owner crashed after writing
+    # progress, before its first offset sync and offset-map run): the remote partition
+    # then starts with the copy of the source's first record, not of the progress one.
+    # Matched from the source's start instead, and taken only if the match reaches the
+    # progress (`_match`): every record up to where copying resumes is then on the target.
+    again = {tp: UnmappedStart(None) for tp in refused if starts[tp].offset is not None}
+    if again:
+        heads_again = {tp: _source_range(start, 1) for tp, start in again.items()}
+        await read_or_note(source_consumer, heads_again, left(), "source")
+        for tp, start in again.items():
+            first = heads_again[tp]
+            if first.error or not first.records:
+                continue
+            match = match_from_start(start, held[tp].records, first.records)
+            if match is not None and match.ok:
+                starts[tp], firsts[tp] = start, first
+                del refused[tp]
+                span = (held[tp].end or 0) - held[tp].records[0].offset
+                agreed[tp] = min(span, bound) + 1
+    out.update(refused)
     targets = {tp: Range(held[tp].records[0].offset, bound + 1) for tp in agreed}
     sources = {tp: Range(firsts[tp].records[0].offset, limit) for tp, limit in agreed.items()}
     rest = left()
@@ -80,7 +105,16 @@ async def match_unmapped(*, source_consumer: Mapping[str, Any],
                      "target"),
         read_or_note(source_consumer, sources, rest, "source"))
     for tp in agreed:
-        out[tp] = _match(partitions[tp][1], targets[tp], sources[tp], bound)
+        match = _match(starts[tp], targets[tp], sources[tp], bound)
+        progress = partitions[tp][1].offset
+        if progress is not None and starts[tp].offset is None and match.ok and \
+                (match.resume_offset or 0) < progress:
+            # The target holds less than durable progress says: start there, as before.
+            match = TailMatch(None, f"there is no exactly mapped point and the remote "
+                                    f"partition, a copy from the source's start, ends before "
+                                    f"durable progress {progress} (at source offset "
+                                    f"{match.resume_offset})")
+        out[tp] = match
     return out
 
 
