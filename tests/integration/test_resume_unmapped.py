@@ -1,7 +1,7 @@
 """Resuming a partition that has copies on the target but no exactly mapped point yet.
 
-That is what a replicator leaves when it crashes soon after a partition's
-first copies landing: before its first offset sync and offset-map run were written. The
+That is what a replicator leaves when it crashes soon after a partition's first copies
+landed: before its first offset sync and offset-map run were written. The
 crash is reproduced deterministically by writing those first copies into the remote topic
 ourselves -- exactly as the replicator would (same key, value, headers, timestamp, in
 order) -- with no progress, no syncs and no offset-map entry for the partition. Then a
