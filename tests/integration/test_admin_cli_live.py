@@ -71,10 +71,13 @@ async def test_the_cli_drives_a_real_deployment(primary: LocalBroker, backup: Lo
         # interactive shell (a suite started in the background by a non-interactive shell
         # would otherwise hand down SIGINT ignored, and Python then never raises
         # KeyboardInterrupt).
+        # Set in the child itself, not with preexec_fn: that makes Python fork() this
+        # process, whose gRPC threads then leave the child broken before its exec now and
+        # then ("skipping fork() handlers"; no output at all).
         watch = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "mirrorline", "admin", "--server", leader, "--output",
-            "json", "status", "--watch", "--interval", "0.3", stdout=asyncio.subprocess.PIPE,
-            preexec_fn=_sigint_as_on_a_terminal)
+            sys.executable, "-c", _SIGINT_AS_ON_A_TERMINAL, "admin", "--server", leader,
+            "--output", "json", "status", "--watch", "--interval", "0.3",
+            stdout=asyncio.subprocess.PIPE)
         assert watch.stdout is not None
         lines = [await asyncio.wait_for(watch.stdout.readline(), 20) for _ in range(2)]
         assert all(json.loads(line)["flows"][0]["flow"] == flow for line in lines)
@@ -103,5 +106,7 @@ async def test_the_cli_drives_a_real_deployment(primary: LocalBroker, backup: Lo
         assert [f["name"] for f in listed["flows"]] == [flow]
 
 
-def _sigint_as_on_a_terminal() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+#: `python -m mirrorline` with SIGINT raising KeyboardInterrupt, as a terminal starts it.
+_SIGINT_AS_ON_A_TERMINAL = (
+    "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "sys.argv[0] = 'mirrorline'; runpy.run_module('mirrorline', run_name='__main__')")
