@@ -75,13 +75,12 @@ async def match_unmapped(*, source_consumer: Mapping[str, Any],
         if not match.ok:
             refused[tp] = match
             continue
-        span = (head.end or 0) - head.records[0].offset  # records on the target, at most
-        agreed[tp] = min(span, bound) + 1
+        agreed[tp] = _read_limit(head, bound)
     # Durable progress whose copies were never mapped (the owner crashed after writing
     # progress, before its first offset sync and offset-map run): the remote partition
     # then starts with the copy of the source's first record, not of the progress one.
     # Matched from the source's start instead, and taken only if the match reaches the
-    # progress (`_match`): every record up to where copying resumes is then on the target.
+    # progress (below): every record up to where copying resumes is then on the target.
     again = {tp: UnmappedStart(None) for tp in refused if starts[tp].offset is not None}
     if again:
         heads_again = {tp: _source_range(start, 1) for tp, start in again.items()}
@@ -94,8 +93,7 @@ async def match_unmapped(*, source_consumer: Mapping[str, Any],
             if match is not None and match.ok:
                 starts[tp], firsts[tp] = start, first
                 del refused[tp]
-                span = (held[tp].end or 0) - held[tp].records[0].offset
-                agreed[tp] = min(span, bound) + 1
+                agreed[tp] = _read_limit(held[tp], bound)
     out.update(refused)
     targets = {tp: Range(held[tp].records[0].offset, bound + 1) for tp in agreed}
     sources = {tp: Range(firsts[tp].records[0].offset, limit) for tp, limit in agreed.items()}
@@ -116,6 +114,13 @@ async def match_unmapped(*, source_consumer: Mapping[str, Any],
                                     f"{match.resume_offset})")
         out[tp] = match
     return out
+
+
+def _read_limit(head: Range, bound: int) -> int:
+    """How many records to read from the remote partition's start (`head`): those it
+    holds, at most the bound, plus one to tell a longer partition."""
+    span = (head.end or 0) - head.records[0].offset  # records on the target, at most
+    return min(span, bound) + 1
 
 
 def _source_range(start: UnmappedStart, limit: int) -> Range:
