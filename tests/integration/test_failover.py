@@ -48,6 +48,7 @@ from mirrorline.v1 import admin_pb2, failover_pb2, failover_pb2_grpc, flows_pb2
 pytestmark = pytest.mark.integration
 
 FAST = {
+    "refresh.topics.interval.seconds": "2",
     "emit.checkpoints.interval.seconds": "1",
     "refresh.groups.interval.seconds": "1",
     "admin.timeout.ms": "3000",
