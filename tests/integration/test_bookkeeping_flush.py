@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 from aiokafka import AIOKafkaProducer
-from helpers import create_topic
+from helpers import create_topic, wait_for
 
 from mirrorline.core.progress import progress_topic
 from mirrorline.dev.brokers import LocalBroker
@@ -110,6 +110,33 @@ async def test_offset_map_flush_returns_once_what_it_saw_is_acknowledged_while_r
             follower = OffsetMapFollower({"bootstrap_servers": backup.bootstrap}, topic)
             mapped = await follower.refresh()
             assert mapped.mapped_until("moving", 0) == 3
+    finally:
+        await writer.stop()
+        await producer.stop()
+
+
+async def test_a_partitions_first_offset_map_run_is_published_at_once_and_later_ones_wait(
+        backup: LocalBroker, unique: str) -> None:
+    """Until a partition has a mapped point, a crash leaves its next owner matching the
+    remote partition from its start; the first run must not wait out the interval."""
+    topic = f"{unique}-map"
+    await create_topic(backup.bootstrap, topic, 1)
+    producer = AIOKafkaProducer(bootstrap_servers=backup.bootstrap, linger_ms=1)
+    await producer.start()
+    writer = OffsetMapWriter(producer, topic, interval_s=600.0)
+    writer.start()
+    follower = OffsetMapFollower({"bootstrap_servers": backup.bootstrap}, topic)
+    try:
+        writer.acknowledged("new", 0, [0, 1, 2], 100)
+
+        async def mapped() -> bool:
+            return (await follower.refresh()).mapped_until("new", 0) == 3
+        await wait_for(mapped, 10, "the first run was not published at once")
+        writer.acknowledged("new", 0, [3, 4], 103)  # steady state: coalesced
+        await asyncio.sleep(0.5)
+        assert (await follower.refresh()).mapped_until("new", 0) == 3
+        await writer.flush(timeout=8.0)
+        assert (await follower.refresh()).mapped_until("new", 0) == 5
     finally:
         await writer.stop()
         await producer.stop()

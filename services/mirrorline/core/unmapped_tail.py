@@ -1,8 +1,8 @@
 """Matching a remote partition that has no exactly mapped point: from its very start.
 
-A partition's first offset sync and its first offset-map run are written soon after its
-first copies are acknowledged (the map writer coalesces for up to a second, and syncs of a
-partition behind wait for the flush). A crash in between leaves copies on the
+A partition's first offset-map run is written as soon as its first copies are
+acknowledged, its first offset sync soon after (syncs of a partition behind wait for the
+flush). A crash in between, one round trip to the target, leaves copies on the
 target and nothing that maps them: without more, the next owner starts from durable
 progress or ``auto.offset.reset`` and copies those records a second time.
 

@@ -120,7 +120,10 @@ class OffsetMapWriter(BatchAppender):
     Runs are coalesced per partition and published at most every `interval_s` (and on
     flush): steady replication is one contiguous run, so a partition costs one small
     record per interval however many batches it copies, and the map topic stays cheap to
-    read in full when a checkpointer starts.
+    read in full when a checkpointer starts. A partition's first run is published at once:
+    until a partition has a mapped point, a new owner after a crash must match its remote
+    partition from the start (`kafka/unmapped_tail.py`), and its durable progress may
+    already be ahead of any mapping.
     """
 
     def __init__(self, producer: AIOKafkaProducer, topic: str, *,
@@ -129,6 +132,8 @@ class OffsetMapWriter(BatchAppender):
         self.interval_s = interval_s
         self._queue: dict[tuple[str, int], offset_map_pb2.OffsetMapRecord] = {}
         self._timer: asyncio.TimerHandle | None = None
+        #: Partitions with a run queued or published by this writer.
+        self._mapped: set[tuple[str, int]] = set()
 
     def _pending(self) -> int:
         return len(self._queue)
@@ -147,7 +152,9 @@ class OffsetMapWriter(BatchAppender):
             self._timer = asyncio.get_running_loop().call_later(self.interval_s, self._due)
 
     def _due(self) -> None:
-        self._timer = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         super().wake()
 
     async def flush(self, timeout: float = 10.0) -> None:
@@ -173,7 +180,10 @@ class OffsetMapWriter(BatchAppender):
         a group committed inside it (a compacted topic's first records) translates exactly
         instead of falling before the map's history.
         """
-        message = self._queue.get((topic, partition))
+        key = (topic, partition)
+        first_run = key not in self._mapped
+        self._mapped.add(key)
+        message = self._queue.get(key)
         if message is None:
             message = self._queue[(topic, partition)] = offset_map_pb2.OffsetMapRecord(
                 topic=topic, partition=partition)
@@ -189,7 +199,10 @@ class OffsetMapWriter(BatchAppender):
                     _append_run(message, run_first, i - start, downstream_base + start)
                     if i < len(offsets):
                         start, run_first = i, offsets[i]
-        self.wake()
+        if first_run:
+            self._due()  # now, with whatever else is queued
+        else:
+            self.wake()
 
 
 def _append_run(message: offset_map_pb2.OffsetMapRecord, upstream: int, count: int,
