@@ -75,7 +75,7 @@ class Processes:
 
 @asynccontextmanager
 async def deployment(source: LocalBroker, target: LocalBroker, workdir: Path, workers: int
-                     ) -> AsyncIterator[tuple[Processes, admin_pb2_grpc.AdminStub]]:
+                     ) -> AsyncIterator[tuple[Processes, admin_pb2_grpc.AdminAsyncStub]]:
     config = workdir / f"mm2-{secrets.token_hex(3)}.properties"
     config.write_text("\n".join([
         "clusters = source, target",
@@ -97,7 +97,7 @@ async def deployment(source: LocalBroker, target: LocalBroker, workdir: Path, wo
         await procs.stop()
 
 
-async def workers_alive(admin: admin_pb2_grpc.AdminStub, count: int) -> bool:
+async def workers_alive(admin: admin_pb2_grpc.AdminAsyncStub, count: int) -> bool:
     try:
         reply = await admin.ListWorkers(admin_pb2.ListWorkersRequest(), timeout=2)
     except grpc.aio.AioRpcError:
@@ -119,7 +119,7 @@ async def target_count(target: LocalBroker, topic: str) -> int:
                   ).get(topic, 0)
 
 
-async def create_flow(admin: admin_pb2_grpc.AdminStub, topic: str) -> None:
+async def create_flow(admin: admin_pb2_grpc.AdminAsyncStub, topic: str) -> None:
     await admin.CreateFlow(admin_pb2.CreateFlowRequest(spec=flows_pb2.FlowSpec(
         source="source", target="target",
         properties={"topics": topic, "refresh.topics.interval.seconds": "2"})), timeout=30)

@@ -95,7 +95,7 @@ async def target_count(bootstrap: str, topic: str) -> int:
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap)
     await consumer.start()
     try:
-        parts = (await partitions_by_topic(consumer, [topic])).get(topic) or set()
+        parts: list[int] = (await partitions_by_topic(consumer, [topic])).get(topic) or []
         tps = [TopicPartition(topic, p) for p in parts]
         if not tps:
             return 0
