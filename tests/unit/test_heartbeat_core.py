@@ -521,7 +521,7 @@ def test_faust_gets_the_target_clusters_security() -> None:
 
     import faust
 
-    from mirrorline.heartbeat.audit_app import faust_credentials
+    from mirrorline.heartbeat.faust_plumbing import faust_credentials
 
     context = ssl.create_default_context()
     assert faust_credentials({}) is None

@@ -45,7 +45,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import faust
-from mode.threads import WorkerThread
 
 from mirrorline.core import record_audit as audit
 from mirrorline.core.canary import (
@@ -56,8 +55,13 @@ from mirrorline.core.canary import (
 )
 from mirrorline.core.record_audit import Side, WindowVerdict
 from mirrorline.core.settings import FlowSettings
+from mirrorline.heartbeat.faust_plumbing import (
+    DaemonWorker,
+    faust_credentials,
+    quiet_faust,
+    slow_fetch_routine,
+)
 from mirrorline.kafka.admin import ClusterAdmin, TopicSpec
-from mirrorline.kafka.reader import TAIL_ROUTINE_MS
 from mirrorline.runtime import stop_within
 
 log = logging.getLogger(__name__)
@@ -121,60 +125,6 @@ def verdict_value(flow: str, topic: str, partition: int, start: int, window_ms: 
             "count": verdict.count, "source_count": verdict.source_count,
             "target_count": verdict.target_count, "reason": verdict.reason,
             "judged_ms": judged_ms}
-
-
-def faust_credentials(client_kwargs: Mapping[str, Any]) -> Any:
-    """The target cluster's security (as translated for aiokafka) as faust credentials, so
-    the app connects the way every other client of that cluster does."""
-    protocol = client_kwargs.get("security_protocol", "PLAINTEXT")
-    context = client_kwargs.get("ssl_context")
-    if protocol == "SSL":
-        return faust.SSLCredentials(context)
-    if protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
-        mechanism = client_kwargs.get("sasl_mechanism", "PLAIN")
-        if mechanism == "GSSAPI":
-            return faust.GSSAPICredentials(
-                kerberos_service_name=client_kwargs.get("sasl_kerberos_service_name", "kafka"),
-                ssl_context=context, mechanism=mechanism)
-        return faust.SASLCredentials(username=client_kwargs.get("sasl_plain_username"),
-                                     password=client_kwargs.get("sasl_plain_password"),
-                                     ssl_context=context, mechanism=mechanism)
-    return None
-
-
-def _quiet_faust() -> None:
-    """What is left of an abandoned faust app is cancelled or dropped at exit and would
-    report each piece with a traceback; the warning before this already said why."""
-    for name in ("faust", "mode"):
-        logging.getLogger(name).setLevel(logging.CRITICAL)
-
-
-class _DaemonWorker(WorkerThread):
-    """Faust's consumer thread, as a daemon: if its consumer hangs on a cluster that does
-    not answer even after the app was stopped, it must not keep the process alive."""
-
-    def __init__(self, service: Any, **kwargs: Any) -> None:
-        super().__init__(service, **kwargs)
-        self.daemon = True
-
-    def run(self) -> None:
-        try:
-            super().run()
-        except BaseException as exc:
-            # aiokafka's consumer, stopped while its cluster is down, lets the cancellation
-            # of its own fetch task escape; the thread is ending either way.
-            log.info("faust's consumer thread ended with %r", exc)
-
-
-def _slow_fetch_routine(consumer_thread: Any) -> None:
-    """Let the fetch routine of faust's consumer wake once a second with nothing to do, as
-    every tail of ours does (`kafka.reader.TAIL_ROUTINE_MS`), not five times: faust
-    offers no setting for aiokafka's `consumer_timeout_ms`, so it is set on the routine's
-    fetcher, which reads it each time round (an aiokafka without it keeps its own)."""
-    consumer = getattr(consumer_thread, "_consumer", None)
-    fetcher = getattr(consumer, "_fetcher", None)
-    if fetcher is not None and hasattr(fetcher, "_fetcher_timeout"):
-        fetcher._fetcher_timeout = TAIL_ROUTINE_MS / 1000
 
 
 def _part_key(flow: str, side: str, part: str) -> str:
@@ -267,10 +217,10 @@ class AuditApp:
         # lets it finish (bounded) and then stops the app properly.
         consumer_thread = getattr(self.app.consumer, "_thread", None)
         if consumer_thread is not None:
-            consumer_thread.Worker = _DaemonWorker
+            consumer_thread.Worker = DaemonWorker
         self._starting = asyncio.create_task(self.app.start(), name=f"faust {self.target}")
         await asyncio.shield(self._starting)
-        _slow_fetch_routine(consumer_thread)
+        slow_fetch_routine(consumer_thread)
         self.started = True
         self._ticker = asyncio.create_task(self._tick(), name=f"audit ticks {self.target}")
         for name, flow in list(self.flows.items()):
@@ -313,12 +263,12 @@ class AuditApp:
             await asyncio.wait({starting}, timeout=STOP_TIMEOUT_S)
         if not await stop_within(self.app.stop(), STOP_TIMEOUT_S,
                                  f"stopping the faust app of {self.target!r}"):
-            _quiet_faust()
+            quiet_faust()
         if not await self._end_consumer_thread():
             log.warning("audit %s: faust's consumer thread did not stop within %.0fs (cluster "
                         "%r does not answer); not waiting for it", self.target,
                         STOP_TIMEOUT_S, self.target)
-            _quiet_faust()
+            quiet_faust()
 
     async def _end_consumer_thread(self) -> bool:
         """Tell faust's consumer thread to stop and wait for it; False if it did not."""
