@@ -56,9 +56,14 @@ DEFAULT_JVM_OPTS = ("-Xms128m", "-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopA
                     "-Djava.awt.headless=true")
 
 #: Broker settings for a loopback development cluster on a small machine: few threads, few
-#: internal partitions, no initial rebalance delay, retention checked every second.
+#: internal partitions, no initial rebalance delay, retention checked every second. A node
+#: killed and started again cannot register until its old registration's session has
+#: expired (DUPLICATE_BROKER_REGISTRATION until then): a 5 s session instead of 9 s, with
+#: heartbeats every second, brings such a node back about 4 s sooner.
 DEV_SETTINGS: Mapping[str, str] = {
     "group.initial.rebalance.delay.ms": "0",
+    "broker.session.timeout.ms": "5000",
+    "broker.heartbeat.interval.ms": "1000",
     "offsets.topic.num.partitions": "4",
     "transaction.state.log.num.partitions": "4",
     "share.coordinator.state.topic.num.partitions": "1",
