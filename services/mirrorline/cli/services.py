@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from mirrorline import grpcsecure, logsecrets
 from mirrorline.configfile import load_config
-from mirrorline.controller.service import DEFAULT_LEASE_MS
 from mirrorline.core.errors import ConfigError, ListenError
+from mirrorline.core.leases import DEFAULT_LEASE_MS
 from mirrorline.core.security import bind_problem, grpc_security
 from mirrorline.core.settings import MirrorSettings
 from mirrorline.ports import GRPC_PORTS, METRICS_PORTS, run_ports

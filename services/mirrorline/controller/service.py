@@ -42,6 +42,7 @@ from mirrorline.core.assignment import PartitionKey
 from mirrorline.core.control import ControlState, Outcome
 from mirrorline.core.errors import one_line
 from mirrorline.core.flowdefs import Definition, differences, file_definitions
+from mirrorline.core.leases import DEFAULT_LEASE_MS
 from mirrorline.core.settings import FlowSettings, MirrorSettings
 from mirrorline.grpcserver import ServiceServer
 from mirrorline.kafka.admin import ClusterAdmin
@@ -60,7 +61,6 @@ from mirrorline.v1 import (
 
 log = logging.getLogger(__name__)
 
-DEFAULT_LEASE_MS = 6000
 #: Leadership changes within `FLAP_WINDOW_S` that make the controller report NOT_SERVING.
 FLAP_CHANGES = 4
 FLAP_WINDOW_S = 60.0
