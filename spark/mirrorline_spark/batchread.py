@@ -34,16 +34,10 @@ import pyarrow as pa
 from aiokafka import AIOKafkaClient, TopicPartition
 from aiokafka.errors import KafkaError
 
-from mirrorline.core.batches import (
-    AbortedTransactions,
-    Batch,
-    Path,
-    Reason,
-    route,
-    split,
-)
+from mirrorline.core.batches import Batch
 from mirrorline.core.copy_path import Mode, PathChooser
 from mirrorline.kafka.clients import consumer_kwargs
+from mirrorline.kafka.fetchroute import route_fetch
 from mirrorline.kafka.rawbatches import (
     READ_COMMITTED,
     READ_UNCOMMITTED,
@@ -51,7 +45,6 @@ from mirrorline.kafka.rawbatches import (
     RawBatchError,
     RawBatches,
 )
-from mirrorline.kafka.rawrecords import decode_batch
 from mirrorline_spark.options import SourceFeed
 from mirrorline_spark.records import raw_chunk, records_to_arrow, to_chunk
 
@@ -86,65 +79,31 @@ def cut_range(fetched: FetchedPartition, feed: int, topic: str, partition: int,
               position: int, end: int, chooser: PathChooser, *, read_committed: bool,
               max_batch_bytes: int) -> ReadCut:
     """The chunk rows of the answer to a fetch of `topic`-`partition` at `position`, for a
-    range ending before `end`: raw rows for runs of batches copied as they are, record
-    rows for the others (see the module's docstring)."""
-    aborted = AbortedTransactions(fetched.aborted_transactions) if read_committed else None
-    out = ReadCut([], position)
+    range ending before `end` (`mirrorline.kafka.fetchroute.route_fetch`): a raw row per
+    run of batches forwarded as they are, a record row per run of the others."""
+    routed = route_fetch(fetched, topic, partition, position, chooser,
+                         read_committed=read_committed, max_request_size=max_batch_bytes,
+                         end=end)
+    out = ReadCut([], routed.next_offset)
     raw: list[Batch] = []
     records: list[Any] = []
     why = ""
-
-    def flush_raw() -> None:
-        if raw:
-            first = raw[0].header
-            assert first is not None
+    for one in [*routed.batches, None]:
+        if raw and (one is None or one.records is not None):
             count = sum(b.header.record_count for b in raw if b.header is not None)
             out.rows.append(raw_chunk(b"".join(b.data for b in raw), feed, topic, partition,
-                                      first.base_offset, count, reason=chooser.reason))
+                                      raw[0].base_offset, count, reason=why))
             raw.clear()
-
-    def flush_records() -> None:
-        if records:
+        if records and (one is None or one.records is None):
             out.rows.append(to_chunk(records_to_arrow(topic, partition, records), feed,
                                      topic, partition, path="records", reason=why))
             records.clear()
-
-    for batch in split(fetched.records).batches:
-        is_aborted = aborted.is_aborted(batch) if aborted is not None else False
-        header = batch.header
-        if batch.base_offset >= end or out.next_offset >= end:
-            break
-        if header is not None and header.next_offset <= out.next_offset:
-            continue  # before the position (a fetch answers from the batch holding it)
-        decision = route(batch, aborted=is_aborted, target_max_message_bytes=max_batch_bytes)
-        if decision.path is Path.SKIP:
-            assert header is not None
-            out.next_offset = max(out.next_offset, header.next_offset)
-            continue
-        if header is not None:
-            chooser.observe(header.record_count, header.size)
-        if (decision.path is Path.BATCH and chooser.batches
-                and batch.base_offset >= out.next_offset and header is not None
-                and header.next_offset <= end):
-            flush_records()
-            raw.append(batch)
-            out.next_offset = header.next_offset
-            continue
-        flush_raw()
-        decoded = [r for r in decode_batch(batch, out.next_offset, topic, partition)
-                   if r.offset < end]
-        records.extend(decoded)
-        why = (decision.reason.value if decision.reason is not Reason.COPY
-               else "resuming inside a source batch" if batch.base_offset < out.next_offset
-               else "the micro-batch ends inside a source batch"
-               if header is not None and header.next_offset > end
-               else chooser.reason)
-        if header is not None:
-            out.next_offset = min(max(out.next_offset, header.next_offset), end)
-        elif decoded:
-            out.next_offset = max(out.next_offset, decoded[-1].offset + 1)
-    flush_raw()
-    flush_records()
+        if one is not None:
+            why = one.reason
+            if one.records is None:
+                raw.append(one.batch)
+            else:
+                records.extend(one.records)
     return out
 
 
