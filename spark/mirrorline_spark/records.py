@@ -8,6 +8,7 @@ stay null; headers keep their order and duplicates as a list of (key, value) str
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -63,7 +64,7 @@ class RawChunk:
 
     topic: str
     partition: int
-    data: bytes
+    data: bytes | memoryview
     #: The copy path and its reason, as status shows them.
     path: str
     reason: str
@@ -87,13 +88,19 @@ def raw_chunk(data: bytes, feed: int, topic: str, partition: int, first_offset: 
                 path="batches", reason=reason)
 
 
+def _one_binary(data: bytes) -> pa.Array:
+    """A binary array of the one value `data`, over its bytes (not a copy of them)."""
+    offsets = pa.py_buffer(struct.pack("<ii", 0, len(data)))
+    return pa.Array.from_buffers(pa.binary(), 1, [None, offsets, pa.py_buffer(data)])
+
+
 def _row(feed: int, topic: str, partition: int, first: int, records: int, data: bytes, *,
          raw: bool, path: str, reason: str) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays([
         pa.array([feed], pa.int32()), pa.array([topic], pa.string()),
         pa.array([partition], pa.int32()),
         pa.array([first], pa.int64()), pa.array([records], pa.int64()),
-        pa.array([data], pa.binary()), pa.array([raw], pa.bool_()),
+        _one_binary(data), pa.array([raw], pa.bool_()),
         pa.array([path], pa.string()), pa.array([reason], pa.string())],
         schema=CHUNK_ARROW_SCHEMA)
 
@@ -107,10 +114,12 @@ def from_chunks(chunks: pa.RecordBatch) -> list[Chunk]:
     """What a batch of chunk rows holds, in order: (feed, records or raw batches, copy
     path, reason)."""
     out: list[Chunk] = []
-    columns = chunks.to_pydict()
+    columns = {name: chunks.column(name).to_pylist()
+               for name in ("feed", "topic", "partition", "raw", "path", "reason")}
     for feed, topic, partition, buffer, raw, path, reason in zip(
-            columns["feed"], columns["topic"], columns["partition"], columns["batch"],
-            columns["raw"], columns["path"], columns["reason"], strict=True):
+            columns["feed"], columns["topic"], columns["partition"],
+            _binary_views(chunks.column("batch")), columns["raw"], columns["path"],
+            columns["reason"], strict=True):
         if raw:
             out.append((int(feed), RawChunk(topic, int(partition), buffer, path, reason),
                         path, reason))
@@ -118,6 +127,19 @@ def from_chunks(chunks: pa.RecordBatch) -> list[Chunk]:
         with pa.ipc.open_stream(pa.py_buffer(buffer)) as reader:
             out.extend((int(feed), b, path or "records", reason or "") for b in reader)
     return out
+
+
+def _binary_views(column: pa.Array) -> list[memoryview]:
+    """The values of a binary column as views of its Arrow buffer (no copy of the bytes:
+    a chunk of source batches is megabytes)."""
+    _, offset_buffer, data = column.buffers()
+    if offset_buffer is None or not len(column):
+        return []
+    # int32 offsets, little-endian as Arrow's memory layout is.
+    offsets = memoryview(offset_buffer).cast("B").cast("i")[
+        column.offset:column.offset + len(column) + 1]
+    view = memoryview(data) if data is not None else memoryview(b"")
+    return [view[offsets[i]:offsets[i + 1]] for i in range(len(column))]
 
 
 def records_to_arrow(topic: str, partition: int, records: Sequence[Any]) -> pa.RecordBatch:
