@@ -33,7 +33,7 @@ from mirrorline.core.rejects import rejected_record
 from mirrorline_spark.acks import PartitionAcks, send_acks
 from mirrorline_spark.batchsink import BatchWriter
 from mirrorline_spark.options import SinkOptions
-from mirrorline_spark.records import CHUNK_ARROW_SCHEMA, Chunk, from_chunks
+from mirrorline_spark.records import CHUNK_ARROW_SCHEMA, Chunk, RawChunk, from_chunks
 
 #: librdkafka settings of the data producer (the operator's connection settings win for
 #: everything else; these make the guarantees and are not overridable).
@@ -156,7 +156,9 @@ def write_batches(options: SinkOptions, batches: Iterator[pa.RecordBatch]
     writer: BatchWriter | None = None
     try:
         for feed, batch, path, reason in _records(batches):
-            if options.feeds[feed].batch_path != "off":
+            # The batch path is the executor's `chunks` layout's (rows of the per-record
+            # layout say no path): raw chunks, and record chunks of a feed not `off`.
+            if isinstance(batch, RawChunk) or (path and options.feeds[feed].batch_path != "off"):
                 if writer is None:
                     writer = BatchWriter(options.feeds)
                 writer.write(feed, batch, path, reason)
@@ -299,4 +301,4 @@ def _records(batches: Iterator[pa.RecordBatch]) -> Iterator[Chunk]:
         if batch.schema.names == CHUNK_ARROW_SCHEMA.names:
             yield from from_chunks(batch)
         else:
-            yield 0, batch, "", ''
+            yield 0, batch, "", ""
