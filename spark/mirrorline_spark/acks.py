@@ -47,6 +47,10 @@ class PartitionAcks:
     fetched_ms: float = -1.0
     #: The flow the partition is copied for (a query may copy several).
     flow: str = ""
+    #: The copy path of the partition's last chunk ("batches" or "records") and why, as
+    #: the replicator's status says it (`PartitionStatus.copy_path`, `copy_path_reason`).
+    copy_path: str = ""
+    copy_path_reason: str = ""
 
     @property
     def records(self) -> int:

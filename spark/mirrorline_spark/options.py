@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 #: Records per partition and micro-batch at most: bounds memory and the replay after a
@@ -37,7 +37,8 @@ def _feeds(options: Mapping[str, str]) -> list[Mapping[str, Any]]:
     """The `feeds` option, or the one feed the top-level options describe."""
     if "feeds" not in options:
         return [{k: _json(options, k) for k in ("kafka", "partitions", "topics")
-                 if k in options} | {"flow": options.get("flow", "")}]
+                 if k in options} | {"flow": options.get("flow", "")}
+                | ({"batchPath": options["batchPath"]} if "batchPath" in options else {})]
     feeds = _json(options, "feeds")
     if not isinstance(feeds, list) or not feeds or not all(isinstance(f, dict) for f in feeds):
         raise ValueError("option 'feeds' must be a non-empty JSON list of objects")
@@ -50,12 +51,42 @@ def _field(feed: Mapping[str, Any], index: int, key: str) -> Any:
     return feed[key]
 
 
+#: `mirrorline.batch.path` values (`mirrorline.core.copy_path.Mode`).
+BATCH_PATHS = ("auto", "on", "off")
+#: The target producer's `max.request.size` when none is given (Kafka's default).
+DEFAULT_MAX_REQUEST_SIZE = 1_048_576
+
+
+def _batch_path(feed: Mapping[str, Any], index: int) -> str:
+    value = str(feed.get("batchPath", "auto"))
+    if value not in BATCH_PATHS:
+        raise ValueError(f"feed {index}: 'batchPath' must be auto, on or off, not {value!r}")
+    return value
+
+
+def _client(feed: Mapping[str, Any]) -> dict[str, str]:
+    """The feed's client settings as Java properties (`client`), for the aiokafka client
+    of the batch path; without them, just the bootstrap servers of `kafka`."""
+    client = feed.get("client")
+    if client is None:
+        return {"bootstrap.servers": str(dict(feed.get("kafka") or {}).get(
+            "bootstrap.servers", ""))}
+    return {str(k): str(v) for k, v in dict(client).items()}
+
+
 @dataclass(frozen=True)
 class SourceFeed:
     #: librdkafka settings of the source cluster.
     kafka: dict[str, str]
     #: (topic, partition) -> first offset to read.
     starts: dict[tuple[str, int], int]
+    #: The flow's `mirrorline.batch.path`: other than "off", a `chunks` query reads raw
+    #: record batches (`mirrorline_spark.source`) with an aiokafka client of `client`.
+    batch_path: str = "auto"
+    #: The source consumer's settings as Java properties (`<source>.consumer.*`).
+    client: dict[str, str] = field(default_factory=dict)
+    #: The target producer's `max.request.size`: a larger batch takes the record path.
+    max_batch_bytes: int = DEFAULT_MAX_REQUEST_SIZE
 
 
 @dataclass(frozen=True)
@@ -72,7 +103,9 @@ class SourceOptions:
         feeds = tuple(
             SourceFeed(kafka=dict(_field(f, i, "kafka")),
                        starts={(str(t), int(p)): int(o)
-                               for t, p, o in _field(f, i, "partitions")})
+                               for t, p, o in _field(f, i, "partitions")},
+                       batch_path=_batch_path(f, i), client=_client(f),
+                       max_batch_bytes=int(f.get("maxBatchBytes", DEFAULT_MAX_REQUEST_SIZE)))
             for i, f in enumerate(_feeds(options)))
         layout = parse_layout(options)
         if layout == "records" and len(feeds) > 1:
@@ -97,6 +130,12 @@ class SinkFeed:
     #: The flow's name, for errors that name a record (as the replicator's do) and for
     #: the executor to know whose acknowledgements these are.
     flow: str = ""
+    #: The flow's `mirrorline.batch.path`: other than "off", the sink writes everything
+    #: (raw batches, and records it batches itself) with raw Produce requests of an
+    #: aiokafka client of `client`.
+    batch_path: str = "auto"
+    #: The target producer's settings as Java properties (`<target>.producer.*`).
+    client: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -111,7 +150,8 @@ class SinkOptions:
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
         feeds = tuple(SinkFeed(kafka=dict(_field(f, i, "kafka")),
-                               topics=dict(_field(f, i, "topics")), flow=str(f.get("flow", "")))
+                               topics=dict(_field(f, i, "topics")), flow=str(f.get("flow", "")),
+                               batch_path=_batch_path(f, i), client=_client(f))
                       for i, f in enumerate(_feeds(options)))
         return cls(feeds=feeds, ack_socket=options.get("ackSocket"),
                    ack_secret=options.get("ackSecret"))

@@ -1,4 +1,5 @@
-"""The rows the source produces and the sink consumes: one Kafka record each, exactly.
+"""The rows the source produces and the sink consumes: one Kafka record each, exactly, or
+(the executor's `chunks` layout) chunks of records, or of source record batches as fetched.
 
 Timestamps stay integers (milliseconds since the epoch, as on the wire) rather than
 Spark timestamps, which are microseconds and would invite rounding; null keys and values
@@ -6,6 +7,11 @@ stay null; headers keep their order and duplicates as a list of (key, value) str
 """
 
 from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 
@@ -19,8 +25,15 @@ HEADER = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())
 #: instead of converting every record to a JVM row and back, which is what bounds the
 #: per-record layout's throughput. `feed` says which of the query's feeds (source and
 #: target clusters) the records belong to.
+#:
+#: On the batch path (`raw` true) `batch` holds instead consecutive magic-2 record batches
+#: of the partition exactly as a fetch returned them (`mirrorline.core.batches.split` cuts
+#: them apart), each one the sink forwards as it is; `first_offset` is the first one's base
+#: offset and `records` their record count. `path` and `reason` say which copy path the
+#: source chose for the chunk and why, in the words of the replicator's status
+#: (`PartitionStatus.copy_path`, `copy_path_reason`).
 CHUNK_SCHEMA_DDL = ("feed int, topic string, partition int, first_offset long, records long, "
-                    "batch binary")
+                    "batch binary, raw boolean, path string, reason string")
 
 CHUNK_ARROW_SCHEMA = pa.schema([
     pa.field("feed", pa.int32()),
@@ -29,6 +42,9 @@ CHUNK_ARROW_SCHEMA = pa.schema([
     pa.field("first_offset", pa.int64()),
     pa.field("records", pa.int64()),
     pa.field("batch", pa.binary()),
+    pa.field("raw", pa.bool_()),
+    pa.field("path", pa.string()),
+    pa.field("reason", pa.string()),
 ])
 
 ARROW_SCHEMA = pa.schema([
@@ -42,24 +58,101 @@ ARROW_SCHEMA = pa.schema([
 ])
 
 
-def to_chunk(batch: pa.RecordBatch, feed: int, topic: str, partition: int) -> pa.RecordBatch:
+@dataclass(frozen=True, slots=True)
+class RawChunk:
+    """Source record batches of one partition, as fetched, for the sink to forward."""
+
+    topic: str
+    partition: int
+    data: bytes | memoryview
+    #: The copy path and its reason, as status shows them.
+    path: str
+    reason: str
+
+
+def to_chunk(batch: pa.RecordBatch, feed: int, topic: str, partition: int, *,
+             path: str = "records", reason: str = "") -> pa.RecordBatch:
     """One chunk row holding `batch` (records of one partition) as an Arrow IPC stream."""
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, batch.schema) as writer:
         writer.write_batch(batch)
     first = batch.column(2)[0].as_py() if batch.num_rows else -1
+    return _row(feed, topic, partition, first, batch.num_rows, sink.getvalue().to_pybytes(),
+                raw=False, path=path, reason=reason)
+
+
+def raw_chunk(data: bytes, feed: int, topic: str, partition: int, first_offset: int,
+              records: int, *, reason: str) -> pa.RecordBatch:
+    """One chunk row holding record batches as fetched (the batch path)."""
+    return _row(feed, topic, partition, first_offset, records, data, raw=True,
+                path="batches", reason=reason)
+
+
+def _one_binary(data: bytes) -> pa.Array:
+    """A binary array of the one value `data`, over its bytes (not a copy of them)."""
+    offsets = pa.py_buffer(struct.pack("<ii", 0, len(data)))
+    return pa.Array.from_buffers(pa.binary(), 1, [None, offsets, pa.py_buffer(data)])
+
+
+def _row(feed: int, topic: str, partition: int, first: int, records: int, data: bytes, *,
+         raw: bool, path: str, reason: str) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays([
         pa.array([feed], pa.int32()), pa.array([topic], pa.string()),
         pa.array([partition], pa.int32()),
-        pa.array([first], pa.int64()), pa.array([batch.num_rows], pa.int64()),
-        pa.array([sink.getvalue().to_pybytes()], pa.binary())], schema=CHUNK_ARROW_SCHEMA)
+        pa.array([first], pa.int64()), pa.array([records], pa.int64()),
+        _one_binary(data), pa.array([raw], pa.bool_()),
+        pa.array([path], pa.string()), pa.array([reason], pa.string())],
+        schema=CHUNK_ARROW_SCHEMA)
 
 
-def from_chunks(chunks: pa.RecordBatch) -> list[tuple[int, pa.RecordBatch]]:
-    """The record batches inside a batch of chunk rows, in order, with their feeds."""
-    out: list[tuple[int, pa.RecordBatch]] = []
-    feeds = chunks.column(0).to_pylist()
-    for feed, buffer in zip(feeds, chunks.column(5).to_pylist(), strict=True):
+#: What a chunk row carries: records (Arrow, with the copy path and its reason) or raw
+#: source batches.
+Chunk = tuple[int, "pa.RecordBatch | RawChunk", str, str]
+
+
+def from_chunks(chunks: pa.RecordBatch) -> list[Chunk]:
+    """What a batch of chunk rows holds, in order: (feed, records or raw batches, copy
+    path, reason)."""
+    out: list[Chunk] = []
+    columns = {name: chunks.column(name).to_pylist()
+               for name in ("feed", "topic", "partition", "raw", "path", "reason")}
+    for feed, topic, partition, buffer, raw, path, reason in zip(
+            columns["feed"], columns["topic"], columns["partition"],
+            _binary_views(chunks.column("batch")), columns["raw"], columns["path"],
+            columns["reason"], strict=True):
+        if raw:
+            out.append((int(feed), RawChunk(topic, int(partition), buffer, path, reason),
+                        path, reason))
+            continue
         with pa.ipc.open_stream(pa.py_buffer(buffer)) as reader:
-            out.extend((int(feed), b) for b in reader)
+            out.extend((int(feed), b, path or "records", reason or "") for b in reader)
     return out
+
+
+def _binary_views(column: pa.Array) -> list[memoryview]:
+    """The values of a binary column as views of its Arrow buffer (no copy of the bytes:
+    a chunk of source batches is megabytes)."""
+    _, offset_buffer, data = column.buffers()
+    if offset_buffer is None or not len(column):
+        return []
+    # int32 offsets, little-endian as Arrow's memory layout is.
+    offsets = memoryview(offset_buffer).cast("B").cast("i")[
+        column.offset:column.offset + len(column) + 1]
+    view = memoryview(data) if data is not None else memoryview(b"")
+    return [view[offsets[i]:offsets[i + 1]] for i in range(len(column))]
+
+
+def records_to_arrow(topic: str, partition: int, records: Sequence[Any]) -> pa.RecordBatch:
+    """Decoded records (aiokafka's `ConsumerRecord`s: a source batch taking the record
+    path) as rows of ARROW_SCHEMA."""
+    n = len(records)
+    headers = [list(r.headers) for r in records]
+    return pa.RecordBatch.from_arrays([
+        pa.array([topic] * n, pa.string()),
+        pa.array([partition] * n, pa.int32()),
+        pa.array([r.offset for r in records], pa.int64()),
+        pa.array([r.key for r in records], pa.binary()),
+        pa.array([r.value for r in records], pa.binary()),
+        pa.array([r.timestamp for r in records], pa.int64()),
+        pa.array(headers, pa.list_(HEADER)),
+    ], schema=ARROW_SCHEMA)

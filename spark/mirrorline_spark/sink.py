@@ -11,6 +11,10 @@ a restart copies it again from the last recorded progress: duplicates, never los
 
 A record the target refuses (too large, corrupt) stops its partition only: the records
 before it are acknowledged and recorded, the error names topic, partition and offset.
+
+That is the record path (`mirrorline.batch.path = off`). Feeds on the batch path, the
+default, forward the source's record batches as they are with raw Produce requests
+instead (`mirrorline_spark.batchsink`), with the same guarantees and acknowledgements.
 """
 
 from __future__ import annotations
@@ -27,8 +31,9 @@ from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMess
 from mirrorline.core.acked_runs import offset_runs
 from mirrorline.core.rejects import rejected_record
 from mirrorline_spark.acks import PartitionAcks, send_acks
+from mirrorline_spark.batchsink import BatchWriter
 from mirrorline_spark.options import SinkOptions
-from mirrorline_spark.records import CHUNK_ARROW_SCHEMA, from_chunks
+from mirrorline_spark.records import CHUNK_ARROW_SCHEMA, Chunk, RawChunk, from_chunks
 
 #: librdkafka settings of the data producer (the operator's connection settings win for
 #: everything else; these make the guarantees and are not overridable).
@@ -57,12 +62,14 @@ class _Tracker:
     Everything after the first failed record is not acknowledged, whatever its report.
     """
 
-    __slots__ = ("delivered", "downstream", "error", "failures", "fetched_ms", "flow",
-                 "partition", "remote", "sizes", "source_topic", "stamps", "upstream")
+    __slots__ = ("copy_path", "copy_path_reason", "delivered", "downstream", "error",
+                 "failures", "fetched_ms", "flow", "partition", "remote", "sizes",
+                 "source_topic", "stamps", "upstream")
 
     def __init__(self, source_topic: str, remote: str, partition: int, flow: str) -> None:
         self.source_topic = source_topic
         self.flow = flow
+        self.copy_path = self.copy_path_reason = ""
         #: When this task first saw the partition's records (the record-age reference).
         self.fetched_ms = time.time() * 1000.0
         self.remote = remote
@@ -105,7 +112,9 @@ class _Tracker:
             else min(len(self.downstream), self.error[0])
         acks = PartitionAcks(self.source_topic, self.partition, self.remote,
                              offset_runs(self.upstream[:acked], self.downstream[:acked]),
-                             None if self.error is None else self.error[1], flow=self.flow)
+                             None if self.error is None else self.error[1], flow=self.flow,
+                             copy_path=self.copy_path,
+                             copy_path_reason=self.copy_path_reason)
         if acked:  # summary of the acknowledged prefix, for metrics
             stamps = pa.chunked_array(self.stamps, pa.int64()).slice(0, acked)
             low_high = pc.min_max(stamps)
@@ -136,27 +145,44 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
 
 def write_batches(options: SinkOptions, batches: Iterator[pa.RecordBatch]
                   ) -> list[PartitionAcks]:
+    """Write every chunk (or record batch) of a writer task; what was acknowledged where,
+    per partition. Feeds on the batch path go through `mirrorline_spark.batchsink`, the
+    others through librdkafka, record by record."""
     from confluent_kafka import Producer
 
     trackers: dict[tuple[int, str, int], _Tracker] = {}
     #: One producer per feed (target cluster) this task writes to; usually just one.
     producers: dict[int, Any] = {}
+    writer: BatchWriter | None = None
     try:
-        for feed, batch in _records(batches):
+        for feed, batch, path, reason in _records(batches):
+            # The batch path is the executor's `chunks` layout's (rows of the per-record
+            # layout say no path): raw chunks, and record chunks of a feed not `off`.
+            if isinstance(batch, RawChunk) or (path and options.feeds[feed].batch_path != "off"):
+                if writer is None:
+                    writer = BatchWriter(options.feeds)
+                writer.write(feed, batch, path, reason)
+                continue
+            assert isinstance(batch, pa.RecordBatch), "raw batches need the batch path"
             producer = producers.get(feed)
             if producer is None:
                 target = options.feeds[feed]
                 producer = producers[feed] = Producer(
                     {**PRODUCER_DEFAULTS, **target.kafka, **PRODUCER_FIXED})
             for run in _partition_runs(batch):
-                _produce(producer, feed, run, options, trackers)
+                _produce(producer, feed, run, options, trackers, path, reason)
             producer.poll(0)
         for feed, producer in producers.items():
             _flush(producer, [t for k, t in trackers.items() if k[0] == feed])
+        acks = [t.acks() for _, t in sorted(trackers.items())]
+        if writer is not None:
+            acks.extend(writer.finish())
+        return acks
     finally:
         for producer in producers.values():
             producer.flush(0)
-    return [t.acks() for _, t in sorted(trackers.items())]
+        if writer is not None:
+            writer.close()
 
 
 def _partition_runs(batch: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
@@ -178,7 +204,8 @@ def _partition_runs(batch: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
 
 
 def _produce(producer: Any, feed: int, batch: pa.RecordBatch, options: SinkOptions,
-             trackers: dict[tuple[int, str, int], _Tracker]) -> None:
+             trackers: dict[tuple[int, str, int], _Tracker], path: str, reason: str
+             ) -> None:
     """Hand the records of one (topic, partition) run to librdkafka, in order."""
     topic, partition = batch.column(0)[0].as_py(), int(batch.column(1)[0].as_py())
     target = options.feeds[feed]
@@ -190,6 +217,7 @@ def _produce(producer: Any, feed: int, batch: pa.RecordBatch, options: SinkOptio
     if tracker is None:
         tracker = trackers[(feed, remote, partition)] = _Tracker(topic, remote, partition,
                                                                  target.flow)
+    tracker.copy_path, tracker.copy_path_reason = path, reason
     if tracker.error is not None:
         return  # this partition stopped at a rejected record
     from confluent_kafka import KafkaException
@@ -266,11 +294,11 @@ def _flush(producer: Any, trackers: list[_Tracker]) -> None:
         raise RuntimeError(f"{pending} delivery reports missing after flush")
 
 
-def _records(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[int, pa.RecordBatch]]:
-    """(feed, record batch), whichever layout the query uses (chunk rows are unpacked;
-    the per-record layout has one feed)."""
+def _records(batches: Iterator[pa.RecordBatch]) -> Iterator[Chunk]:
+    """(feed, record batch or raw source batches, copy path, reason), whichever layout the
+    query uses (chunk rows are unpacked; the per-record layout has one feed)."""
     for batch in batches:
         if batch.schema.names == CHUNK_ARROW_SCHEMA.names:
             yield from from_chunks(batch)
         else:
-            yield 0, batch
+            yield 0, batch, "", ""

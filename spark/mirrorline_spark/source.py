@@ -5,7 +5,9 @@ offsets, from one or several source clusters (the query's *feeds*, see
 `mirrorline_spark.options`). A micro-batch's offsets are the partitions' source offsets:
 `{"<feed>:<partition>:<topic>": next offset}`. Ends come from the high watermarks in
 fetch responses (`mirrorline_spark.probe`). Each micro-batch reads one Spark partition
-per Kafka partition and yields Arrow record batches.
+per Kafka partition and yields Arrow record batches: in the executor's `chunks` layout,
+source record batches as fetched wherever the batch path applies
+(`mirrorline_spark.batchread`), else records read with librdkafka.
 
 The start offsets are given by whoever starts the query (the executor reads them from
 durable progress); Spark's checkpoint is only a cache of them.
@@ -50,6 +52,9 @@ from mirrorline_spark.records import (
 CHUNK = 20_000
 #: A read task that gets nothing for this long while records are due fails, naming them.
 STALL_S = 120.0
+#: Why a partition of a flow with `mirrorline.batch.path = off` takes the record path,
+#: in the words of the replicator's status.
+RECORD_PATH_REASON = "mirrorline.batch.path = off"
 
 
 @dataclass(frozen=True)
@@ -125,9 +130,16 @@ class KafkaStreamReader(DataSourceStreamReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, KafkaRange)
-        batches = read_range(self.options.feeds[partition.feed].kafka, partition)
+        feed = self.options.feeds[partition.feed]
+        if self.options.layout == "chunks" and feed.batch_path != "off":
+            from mirrorline_spark.batchread import read_batches
+
+            return read_batches(feed, partition.feed, partition.topic, partition.partition,
+                                partition.start, partition.end, stall_s=STALL_S)
+        batches = read_range(feed.kafka, partition)
         if self.options.layout == "chunks":
-            return (to_chunk(b, partition.feed, partition.topic, partition.partition)
+            return (to_chunk(b, partition.feed, partition.topic, partition.partition,
+                             path="records", reason=RECORD_PATH_REASON)
                     for b in batches)
         return batches
 

@@ -24,12 +24,14 @@ from helpers import (
     consume_all,
     create_topic,
     produce,
+    raw_batches,
     shape,
     wait_for,
 )
 from mirrorline_spark.options import DEFAULT_MAX_RECORDS
 from procs import Deployment, deployment, deployment_config, flow_spec, free_port
 
+from mirrorline.core.batches import HEADER_SIZE, parse_header
 from mirrorline.core.wire import OffsetSync
 from mirrorline.dev.brokers import LocalBroker
 from mirrorline.v1 import admin_pb2, flows_pb2, spark_pb2
@@ -75,7 +77,7 @@ async def test_a_whole_flow_on_spark_mirrors_record_for_record_with_exact_offset
         await admin.CreateFlow(admin_pb2.CreateFlowRequest(spec=flow_spec(
             a, b, topic, **{"mirrorline.executor": "spark", "offset.lag.max": "0"})))
         await wait_owned(d, topic, [0, 1], "spark:x1", "the flow did not move onto Spark")
-        await produce(primary.bootstrap, topic, sent[300:])
+        await produce(primary.bootstrap, topic, sent[300:], compression="zstd")
         source = await consume_all(primary.bootstrap, topic, expected=600)
         target = await consume_all(backup.bootstrap, f"{a}.{topic}", expected=600, timeout=120)
         for p in (0, 1):
@@ -99,10 +101,21 @@ async def test_a_whole_flow_on_spark_mirrors_record_for_record_with_exact_offset
                 landed = mapped[(p, r.offset)]
                 assert shape(by_offset[landed]) == shape(r)
 
+        # The batch path (mirrorline.batch.path's default): the target holds the source's
+        # batches, records sections byte for byte, the zstd ones still zstd.
+        for p in (0, 1):
+            batches = [(parse_header(x).codec, x[HEADER_SIZE:])
+                       for x in await raw_batches(primary.bootstrap, topic, p)]
+            assert [(parse_header(x).codec, x[HEADER_SIZE:])
+                    for x in await raw_batches(backup.bootstrap, f"{a}.{topic}", p)] \
+                == batches, p
+            assert {codec for codec, _ in batches} == {"none", "zstd"}
+
         async def shown() -> bool:  # status reflects heartbeats and the query's progress
             rows = [x for x in (await d.status()).partitions if x.source_topic == topic]
             return ({x.worker_id for x in rows} == {"spark:x1"} and len(rows) == 2
-                    and all(x.micro_batch_ms > 0 and x.next_offset == 300 for x in rows))
+                    and all(x.micro_batch_ms > 0 and x.next_offset == 300
+                            and x.copy_path == "batches" for x in rows))
         await wait_for(shown, 30, "status does not show the partitions on Spark", interval=0.5)
         workers = await admin.ListWorkers(admin_pb2.ListWorkersRequest())
         spark = [w for w in workers.workers if w.worker_id == "spark:x1"]

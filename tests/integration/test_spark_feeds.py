@@ -12,11 +12,12 @@ import secrets
 
 import pyarrow as pa
 import pytest
-from helpers import PAST_MS, Record, consume_all, create_topic, produce
+from helpers import PAST_MS, Record, consume_all, create_topic, produce, raw_batches
 from mirrorline_spark.options import SinkOptions, SourceOptions
 from mirrorline_spark.sink import write_batches
 from mirrorline_spark.source import KafkaStreamReader
 
+from mirrorline.core.batches import HEADER_SIZE, parse_header
 from mirrorline.dev.brokers import LocalBroker
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -33,8 +34,12 @@ def _micro_batch(options: dict[str, str]) -> list[list[pa.RecordBatch]]:
         reader.stop()
 
 
+@pytest.mark.parametrize("batch_path", ["on", "off"])
 async def test_one_query_copies_two_flows_between_two_clusters_in_both_directions(
-        primary: LocalBroker, backup: LocalBroker) -> None:
+        primary: LocalBroker, backup: LocalBroker, batch_path: str) -> None:
+    """`batch_path` on: the source's batches reach the target as they are (lz4 kept, the
+    records sections byte for byte), except the one the range starts inside, which goes as
+    records; off: everything goes record by record through librdkafka."""
     tag = secrets.token_hex(3)
     # The same topic name on both clusters: the flows must not mix them up.
     topic = f"feeds{tag}"
@@ -43,18 +48,20 @@ async def test_one_query_copies_two_flows_between_two_clusters_in_both_direction
     await produce(primary.bootstrap, topic, [
         Record(f"p{i}".encode(), key=f"k{i}".encode(), partition=i % 2,
                headers=[("h", b"1"), ("h", b"2")] if i == 3 else [],
-               timestamp_ms=PAST_MS + i) for i in range(10)])
+               timestamp_ms=PAST_MS + i) for i in range(10)], compression="lz4")
     await produce(backup.bootstrap, topic, [Record(None if i == 2 else f"b{i}".encode(),
                                                    key=b"k", partition=0) for i in range(6)])
     feeds = [
         {"kafka": {"bootstrap.servers": primary.bootstrap}, "flow": "p->b",
-         "partitions": [[topic, 0, 1], [topic, 1, 0]], "topics": {topic: f"p.{topic}"}},
+         "partitions": [[topic, 0, 1], [topic, 1, 0]], "topics": {topic: f"p.{topic}"},
+         "batchPath": batch_path},
         {"kafka": {"bootstrap.servers": backup.bootstrap}, "flow": "b->p",
-         "partitions": [[topic, 0, 0]], "topics": {topic: f"b.{topic}"}},
+         "partitions": [[topic, 0, 0]], "topics": {topic: f"b.{topic}"},
+         "batchPath": batch_path},
     ]
     await create_topic(backup.bootstrap, f"p.{topic}", 2)
     await create_topic(primary.bootstrap, f"b.{topic}", 1)
-    source = {"feeds": json.dumps([{k: f[k] for k in ("kafka", "partitions")}
+    source = {"feeds": json.dumps([{k: f[k] for k in ("kafka", "partitions", "batchPath")}
                                    for f in feeds]),
               "layout": "chunks"}
     # The sink's feed i writes to the cluster the source's feed i does not read.
@@ -77,3 +84,26 @@ async def test_one_query_copies_two_flows_between_two_clusters_in_both_direction
     assert [r.timestamp for r in forward[1]] == [PAST_MS + i for i in (1, 3, 5, 7, 9)]
     back = await consume_all(primary.bootstrap, f"b.{topic}", expected=6, timeout=30)
     assert [r.value for r in back[0]] == [b"b0", b"b1", None, b"b3", b"b4", b"b5"]
+
+    # Where each partition's records landed: every one, in order (offset syncs and the
+    # offset map are recorded from these runs).
+    runs = {(a.flow, a.partition): a.runs for a in acks}
+    assert runs[("p->b", 0)] == [(1, 4, 0)] and runs[("p->b", 1)] == [(0, 5, 0)]
+    assert runs[("b->p", 0)] == [(0, 6, 0)]
+    paths = {(a.flow, a.partition): (a.copy_path, a.copy_path_reason) for a in acks}
+    if batch_path == "off":
+        assert set(paths.values()) == {("records", "mirrorline.batch.path = off")}
+        return
+    assert paths == {("p->b", 0): ("records", "resuming inside a source batch"),
+                     ("p->b", 1): ("batches", "mirrorline.batch.path = on"),
+                     ("b->p", 0): ("batches", "mirrorline.batch.path = on")}
+    # Forwarded as they are: the same batches, lz4 kept, records sections byte for byte.
+    for cluster, there, remote, partition in ((primary, backup, f"p.{topic}", 1),
+                                              (backup, primary, f"b.{topic}", 0)):
+        source_batches = [(parse_header(b).codec, b[HEADER_SIZE:])
+                          for b in await raw_batches(cluster.bootstrap, topic, partition)]
+        assert source_batches == [(parse_header(b).codec, b[HEADER_SIZE:])
+                                  for b in await raw_batches(there.bootstrap, remote,
+                                                             partition)]
+    assert parse_header((await raw_batches(backup.bootstrap, f"p.{topic}", 1))[0]).codec \
+        == "lz4"

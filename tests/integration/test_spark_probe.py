@@ -114,6 +114,8 @@ async def test_an_open_transaction_ends_what_a_committed_read_can_plan(
     (the workers' and the Java client's default), the open transaction's records are
     readable and the end is the high watermark."""
     from confluent_kafka import Producer
+    from mirrorline_spark.batchread import read_batches
+    from mirrorline_spark.options import SourceFeed
     from mirrorline_spark.source import KafkaRange, read_range
 
     monkeypatch.setattr(probe_module, "PROBE_S", 10.0)
@@ -133,14 +135,24 @@ async def test_an_open_transaction_ends_what_a_committed_read_can_plan(
     try:
         end = (await _ends(probe, {(topic, 0): 0}))[(topic, 0)]
         assert end == (5 if isolation == "read_committed" else 9)
-        # What was planned is read to its end at once, open transaction or not.
+        # What was planned is read to its end at once, open transaction or not, on the
+        # record path and on the batch path.
         batches = await asyncio.to_thread(
             lambda: list(read_range(kafka, KafkaRange(0, topic, 0, 0, end))))
         assert sum(b.num_rows for b in batches) == end
+        feed = SourceFeed(kafka, {}, batch_path="on", client={
+            "bootstrap.servers": primary.bootstrap, "isolation.level": isolation})
+
+        def read_raw(stop: int) -> int:
+            rows = read_batches(feed, 0, topic, 0, 0, stop, stall_s=30.0)
+            return sum(int(row.column(4)[0].as_py()) for row in rows)
+        assert await asyncio.to_thread(read_raw, end) == end
         await asyncio.to_thread(txn.commit_transaction, 30)
 
         async def committed() -> bool:  # the commit marker follows the records: 9
             return (await _ends(probe, {(topic, 0): end}))[(topic, 0)] >= 9
         await wait_for(committed, 30, "the end did not move past the committed transaction")
+        # Past the marker, both isolations read the same 9 records, and the read ends.
+        assert await asyncio.to_thread(read_raw, 10) == 9
     finally:
         probe.close()

@@ -111,7 +111,7 @@ def test_chunks_carry_records_unchanged() -> None:
         schema=ARROW_SCHEMA)
     chunk = to_chunk(batch, 2, "t", 3)
     assert chunk.to_pydict()["first_offset"] == [7] and chunk.to_pydict()["records"] == [2]
-    assert [(f, b.to_pylist()) for f, b in from_chunks(chunk)] == [(2, batch.to_pylist())]
+    assert [(f, b.to_pylist()) for f, b, _, _ in from_chunks(chunk)] == [(2, batch.to_pylist())]
 
 
 def test_acknowledgements_of_a_flow_the_executor_does_not_run_fail_the_micro_batch(

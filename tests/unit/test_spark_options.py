@@ -41,7 +41,18 @@ def test_rows_of_one_record_each_cannot_say_which_flow_they_belong_to() -> None:
     ("[]", "'feeds' must be a non-empty JSON list of objects"),
     ("{", "option 'feeds' is not valid JSON"),
     (json.dumps([{"kafka": {}}]), "feed 0: 'partitions' is required"),
+    (json.dumps([_feed(1), _feed(2) | {"batchPath": "yes"}]),
+     "feed 1: 'batchPath' must be auto, on or off, not 'yes'"),
 ])
 def test_bad_feeds_are_named(feeds: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         SourceOptions.parse({"feeds": feeds, "layout": "chunks"})
+
+
+def test_each_flow_copies_on_the_path_its_own_key_says() -> None:
+    """The batch path is the default; `off` (the flow's mirrorline.batch.path) keeps the
+    record path for that flow only."""
+    options = {"feeds": json.dumps([_feed(1), _feed(2) | {"batchPath": "off"}]),
+               "layout": "chunks"}
+    assert [f.batch_path for f in SourceOptions.parse(options).feeds] == ["auto", "off"]
+    assert [f.batch_path for f in SinkOptions.parse(options).feeds] == ["auto", "off"]

@@ -274,7 +274,8 @@ SETTINGS: Final[tuple[Setting, ...]] = (
           "workers; spark with exactly-once required is an error).",
           values.parse_executor),
     _ours("mirrorline.batch.path", "auto, on or off", "auto",
-          "How the replicator copies: on: the source's record batches go to the target as "
+          "How the replicator and the Spark executor copy: on: the source's record "
+          "batches go to the target as "
           "they are (only their headers rewritten), except batches the target would refuse; "
           "auto: the same, but a partition whose batches are small has its records "
           "re-batched; off: every record is decoded and re-batched (MM2's way). See "

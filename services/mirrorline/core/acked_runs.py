@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["OffsetRun", "offset_runs", "run_offsets"]
+__all__ = ["OffsetRun", "extend_runs", "offset_runs", "run_offsets"]
 
 #: (first upstream offset, number of records, downstream offset of the first record)
 OffsetRun = tuple[int, int, int]
@@ -48,3 +48,15 @@ def run_offsets(run: OffsetRun) -> range:
     """The upstream offsets of one run."""
     first, count, _ = run
     return range(first, first + count)
+
+
+def extend_runs(runs: list[OffsetRun], more: Sequence[OffsetRun]) -> None:
+    """Append `more` (later in produce order) to `runs`, joining a run that continues the
+    last one on both sides (batches acknowledged one after the other)."""
+    for run in more:
+        if runs:
+            first, count, down = runs[-1]
+            if run[0] == first + count and run[2] == down + count:
+                runs[-1] = (first, count + run[1], down)
+                continue
+        runs.append(run)

@@ -31,8 +31,9 @@ from typing import Any
 import aiokafka.errors as kafka_errors
 from aiokafka import AIOKafkaClient, TopicPartition
 from aiokafka.protocol.fetch import FetchRequest
-from aiokafka.protocol.produce import ProduceRequest
 from aiokafka.protocol.transaction import InitProducerIdRequest
+
+from mirrorline.kafka.produce_request import FlatProduceRequest
 
 __all__ = [
     "READ_COMMITTED",
@@ -147,8 +148,9 @@ class RawBatches:
                       timeout_ms: int = 30_000, transactional_id: str | None = None) -> int:
         """Write one record batch to `tp`; the base offset the leader assigned it."""
         leader = await self._leader(tp)
-        request = ProduceRequest(transactional_id, acks, timeout_ms,
-                                 [(tp.topic, [(tp.partition, bytes(batch))])])
+        # Encoded with one copy of the batch (`kafka/produce_request.py`), not six.
+        request = FlatProduceRequest(transactional_id, acks, timeout_ms,
+                                     [(tp.topic, [(tp.partition, batch)])])
         response: Any = await self._client.send(leader, request)
         for topic, partitions in response.topics:
             for answer in partitions:

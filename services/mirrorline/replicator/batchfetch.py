@@ -31,22 +31,15 @@ from aiokafka import AIOKafkaClient, TopicPartition
 from aiokafka.errors import KafkaError
 
 from mirrorline.core.backoff import Backoff
-from mirrorline.core.batches import (
-    AbortedTransactions,
-    BatchError,
-    Path,
-    Reason,
-    route,
-    split,
-)
+from mirrorline.core.batches import BatchError
 from mirrorline.core.copy_path import Mode, PathChooser
+from mirrorline.kafka.fetchroute import route_fetch
 from mirrorline.kafka.rawbatches import (
     READ_COMMITTED,
     READ_UNCOMMITTED,
     FetchedPartition,
     RawBatches,
 )
-from mirrorline.kafka.rawrecords import decode_batch
 from mirrorline.kafka.records import Record
 from mirrorline.replicator.pump import Chunk, PartitionPump, PumpState
 from mirrorline.replicator.shipment import SourceBatch
@@ -257,43 +250,21 @@ def cut(fetched: FetchedPartition, tp: TopicPartition, position: int,
         chooser: PathChooser, *, read_committed: bool, max_request_size: int) -> Cut:
     """Source batches to forward as they are and, for batches taking the record path,
     their decoded records (consecutive ones in one list, so they are re-batched together),
-    from the answer to a fetch of `tp` at `position`."""
-    aborted = (AbortedTransactions(fetched.aborted_transactions) if read_committed
-               else None)
-    out = Cut([], position)
+    from the answer to a fetch of `tp` at `position` (`kafka/fetchroute.route_fetch`)."""
+    routed = route_fetch(fetched, tp.topic, tp.partition, position, chooser,
+                         read_committed=read_committed, max_request_size=max_request_size)
+    out = Cut([], routed.next_offset)
     records: list[Record] = []
-    for batch in split(fetched.records).batches:
-        is_aborted = aborted.is_aborted(batch) if aborted is not None else False
-        header = batch.header
-        if header is not None and header.next_offset <= position:
-            continue  # before the position (a fetch answers from the batch holding it)
-        decision = route(batch, aborted=is_aborted,
-                         target_max_message_bytes=max_request_size)
-        if decision.path is Path.SKIP:
-            assert header is not None
-            out.next_offset = max(out.next_offset, header.next_offset)
-            continue
-        if header is not None:
-            chooser.observe(header.record_count, header.size)
-        if decision.path is Path.BATCH and chooser.batches and batch.base_offset >= position:
-            assert header is not None
+    for one in routed.batches:
+        if one.records is None:
             if records:
                 out.chunks.append(records)
                 records = []
-            out.chunks.append(SourceBatch(batch, tp.topic, tp.partition))
-            out.next_offset = header.next_offset
-            out.copy_path, out.reason = "batches", chooser.reason
+            out.chunks.append(SourceBatch(one.batch, tp.topic, tp.partition))
+            out.copy_path, out.reason = "batches", one.reason
             continue
-        decoded = decode_batch(batch, position, tp.topic, tp.partition)
-        records.extend(decoded)
-        if header is not None:
-            out.next_offset = max(out.next_offset, header.next_offset)
-        elif decoded:
-            out.next_offset = max(out.next_offset, decoded[-1].offset + 1)
-        out.copy_path = "records"
-        out.reason = (decision.reason.value if decision.reason is not Reason.COPY
-                      else "resuming inside a source batch" if batch.base_offset < position
-                      else chooser.reason)
+        records.extend(one.records)
+        out.copy_path, out.reason = "records", one.reason
     if records:
         out.chunks.append(records)
     return out

@@ -16,7 +16,7 @@ import functools
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from aiokafka import TopicPartition
 
@@ -32,6 +32,7 @@ from mirrorline.kafka.starts import StartPlanner
 from mirrorline.telemetry.replication import PartitionMetrics, ReplicationMetrics
 from mirrorline.v1 import flows_pb2
 from mirrorline_spark.acks import PartitionAcks
+from mirrorline_spark.options import DEFAULT_MAX_REQUEST_SIZE
 
 log = logging.getLogger(__name__)
 
@@ -55,13 +56,22 @@ class Feed:
     starts: dict[Key, int]
     #: source topic -> remote topic.
     topics: dict[str, str]
+    #: `mirrorline.batch.path`, and the source consumer's and target producer's settings
+    #: (Java properties) for the batch path's aiokafka clients.
+    batch_path: str = "auto"
+    source_client: Mapping[str, str] = field(default_factory=dict)
+    target_client: Mapping[str, str] = field(default_factory=dict)
 
     def source_option(self) -> dict[str, object]:
         return {"kafka": self.source,
-                "partitions": [[t, p, o] for (t, p), o in sorted(self.starts.items())]}
+                "partitions": [[t, p, o] for (t, p), o in sorted(self.starts.items())],
+                "batchPath": self.batch_path, "client": dict(self.source_client),
+                "maxBatchBytes": int(self.target_client.get(
+                    "max.request.size", DEFAULT_MAX_REQUEST_SIZE))}
 
     def sink_option(self) -> dict[str, object]:
-        return {"kafka": self.target, "topics": self.topics, "flow": self.flow}
+        return {"kafka": self.target, "topics": self.topics, "flow": self.flow,
+                "batchPath": self.batch_path, "client": dict(self.target_client)}
 
 
 class FlowRun:
@@ -88,6 +98,8 @@ class FlowRun:
         self.next_offsets: dict[Key, int] = {}
         self.failed: dict[Key, str] = {}
         self.replicated: dict[Key, int] = {}
+        #: The copy path of each partition's last acknowledged chunk, and why (status).
+        self.copy_paths: dict[Key, tuple[str, str]] = {}
         self._pmetrics: dict[Key, PartitionMetrics] = {}
         self.batch_ms = 0.0
         self._last_flush = time.monotonic()
@@ -153,7 +165,10 @@ class FlowRun:
                     source=rdkafka_consumer_config(self.settings.clients.source_consumer),
                     target=rdkafka_producer_config(self.settings.clients.target_producer),
                     starts={k: self.next_offsets[k] for k in partitions},
-                    topics={t: remote for (t, _), remote in partitions.items()})
+                    topics={t: remote for (t, _), remote in partitions.items()},
+                    batch_path=self.settings.batch_path,
+                    source_client=self.settings.clients.source_consumer,
+                    target_client=self.settings.clients.target_producer)
 
     async def release(self) -> None:
         """The query stopped copying this flow: make what it recorded durable."""
@@ -181,6 +196,8 @@ class FlowRun:
                                         caught_up=latest is None or offsets[-1] + 1 >= latest)
                 self.next_offsets[key] = offsets[-1] + 1
             self.replicated[key] = self.replicated.get(key, 0) + a.records
+            if a.copy_path:
+                self.copy_paths[key] = (a.copy_path, a.copy_path_reason)
             metrics = self._pmetrics.get(key)
             if metrics is not None and a.records:
                 self._metrics.acknowledged_summary(metrics, a.records, a.value_bytes,
@@ -276,6 +293,7 @@ class FlowRun:
             lag = self._lag(key, now * 1000.0)
             metrics = self._pmetrics.get(key)
             error = self.failed.get(key, "")
+            path, reason = self.copy_paths.get(key, ("", ""))
             out.append(flows_pb2.PartitionStatus(
                 flow=self.name, source_topic=topic, target_topic=remote, partition=partition,
                 source_end_offset=-1 if high is None else high, next_offset=nxt,
@@ -285,5 +303,5 @@ class FlowRun:
                 records_per_second=metrics.records.rate(now, of_count=True) if metrics else 0.0,
                 bytes_per_second=metrics.value_bytes.rate(now) if metrics else 0.0,
                 micro_batch_ms=self.batch_ms, last_replication_latency_ms=-1.0,
-                lag_ms=lag.ms))
+                lag_ms=lag.ms, copy_path=path, copy_path_reason=reason))
         return out
