@@ -58,6 +58,7 @@ from bench.common import (
 )
 from mirrorline.dev.brokers import LocalBroker
 from mirrorline.dev.local import describe, start_local, stop_local
+from mirrorline.kafka.connio import use_own_connection_io
 from mirrorline.runtime import tune_malloc
 
 #: The contenders, in table order; the first one is the baseline the others are read against.
@@ -653,6 +654,7 @@ def main(argv: list[str] | None = None) -> int:
     # the audit measured in this process is then measured as the heartbeat service runs
     # it, and the raw aiokafka loop gets them too (a stronger baseline, not a weaker one).
     tune_malloc()
+    use_own_connection_io()  # the services' connection I/O, for the same reason
     try:
         results, steady = asyncio.run(bench(args))
     except KeyboardInterrupt:

@@ -27,6 +27,7 @@ from typing import Any, Protocol
 from mirrorline import logsecrets
 from mirrorline.kafka.autocreate import forbid_auto_creation
 from mirrorline.kafka.causes import quiet_aiokafka
+from mirrorline.kafka.connio import use_own_connection_io
 from mirrorline.kafka.produce_request import encode_produce_requests_flat
 
 log = logging.getLogger(__name__)
@@ -199,6 +200,7 @@ def run_service(factory: Callable[[], Service]) -> int:
     tune_gc()
     tune_malloc()
     encode_produce_requests_flat()
+    use_own_connection_io()
     forbid_auto_creation()  # a deleted topic must stay deleted, whatever the broker allows
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
