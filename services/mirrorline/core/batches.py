@@ -52,11 +52,12 @@ __all__ = [
     "CODEC_NAMES", "HEADER_SIZE", "LOG_OVERHEAD", "AbortedTransactions", "Batch",
     "BatchError", "BatchHeader", "ControlType", "Path", "Reason", "Route", "Split",
     "control_type", "crc32c", "next_sequence", "parse_header", "record_offsets", "rewrite",
-    "route", "split",
+    "rewrite_header", "route", "split",
 ]
 
-#: CRC-32C (Castagnoli), as Kafka's `Crc32C`.
-crc32c = cast(Callable[[bytes | bytearray | memoryview], int], _crc32c.crc32c)
+#: CRC-32C (Castagnoli), as Kafka's `Crc32C`; a second argument continues the CRC of the
+#: bytes before them.
+crc32c = cast(Callable[..., int], _crc32c.crc32c)
 
 #: Bytes before a batch's `batchLength` counts: baseOffset and batchLength themselves.
 LOG_OVERHEAD = 12
@@ -359,6 +360,20 @@ def rewrite(batch: Batch, *, producer_id: int = -1, producer_epoch: int = -1,
     target producer's id, epoch and base sequence (-1 each for a plain producer) and its
     transactional bit; the CRC is recomputed. The records section is copied byte for byte.
     """
+    header, records = rewrite_header(
+        batch, producer_id=producer_id, producer_epoch=producer_epoch,
+        base_sequence=base_sequence, transactional=transactional, base_offset=base_offset,
+        verify=verify)
+    header += records
+    return header
+
+
+def rewrite_header(batch: Batch, *, producer_id: int = -1, producer_epoch: int = -1,
+                   base_sequence: int = -1, transactional: bool = False,
+                   base_offset: int = 0, verify: bool = True
+                   ) -> tuple[bytearray, memoryview]:
+    """`rewrite` without copying the records: the new header (its CRC covering the
+    records) and the source's records section, which follows it unchanged."""
     header = _header_of(batch)
     where = f"record batch at offset {header.base_offset}"
     if header.is_control:
@@ -377,7 +392,8 @@ def rewrite(batch: Batch, *, producer_id: int = -1, producer_epoch: int = -1,
         raise BatchError(
             f"{where}: producer id {producer_id} needs an epoch and a base sequence "
             f"(got {producer_epoch}, {base_sequence})")
-    out = bytearray(batch.data)
+    out = bytearray(batch.data[:HEADER_SIZE])
+    records = batch.data[HEADER_SIZE:]
     struct.pack_into(">q", out, _BASE_OFFSET, base_offset)
     struct.pack_into(">i", out, _LEADER_EPOCH, -1)
     attributes = header.attributes & ~_TRANSACTIONAL
@@ -385,8 +401,8 @@ def rewrite(batch: Batch, *, producer_id: int = -1, producer_epoch: int = -1,
         attributes |= _TRANSACTIONAL
     struct.pack_into(">h", out, _ATTRIBUTES, attributes)
     _PRODUCER.pack_into(out, _PRODUCER_AT, producer_id, producer_epoch, base_sequence)
-    struct.pack_into(">I", out, _CRC, crc32c(memoryview(out)[_ATTRIBUTES:]))
-    return out
+    struct.pack_into(">I", out, _CRC, crc32c(records, crc32c(memoryview(out)[_ATTRIBUTES:])))
+    return out, records
 
 
 class Path(Enum):

@@ -27,8 +27,24 @@ from aiokafka.protocol.api import RequestStruct
 from aiokafka.protocol.produce import ProduceRequest
 from aiokafka.protocol.types import Array, Bytes, Int32, Schema
 
-__all__ = ["FlatProduceRequest", "encode_flat", "encode_pieces",
+__all__ = ["BatchParts", "FlatProduceRequest", "encode_flat", "encode_pieces",
            "encode_produce_requests_flat"]
+
+
+class BatchParts:
+    """A record batch in pieces -- a rewritten header and the source's records section
+    (`core.batches.rewrite_header`) -- that a flat produce request carries as its one
+    `Bytes` value, copying each piece once into the request instead of joining them
+    first. Only flat requests take it (`produce_requests_flat`)."""
+
+    __slots__ = ("parts", "size")
+
+    def __init__(self, *parts: bytes | bytearray | memoryview) -> None:
+        self.parts = parts
+        self.size = sum(map(len, parts))
+
+    def __len__(self) -> int:
+        return self.size
 
 
 def _collect(kind: Any, value: Any, out: list[Any]) -> None:
@@ -44,7 +60,10 @@ def _collect(kind: Any, value: Any, out: list[Any]) -> None:
             _collect(kind.array_of, item, out)
     elif kind is Bytes and value is not None:
         out.append(Int32.encode(len(value)))
-        out.append(value)
+        if type(value) is BatchParts:
+            out.extend(value.parts)
+        else:
+            out.append(value)
     else:
         out.append(kind.encode(value))
 
