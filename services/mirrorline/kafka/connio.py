@@ -194,7 +194,7 @@ class FrameProtocol(asyncio.BufferedProtocol):
         """Hand on every whole response in the scratch buffer; a response that is not
         whole goes on in a buffer of its own."""
         scratch, have, pos = self._scratch, self._have, 0
-        while have - pos >= 4:
+        while have - pos >= 4 and not self._failed:
             (size,) = _SIZE.unpack_from(scratch, pos)
             if size < 0:
                 raise Errors.KafkaConnectionError(f"response of negative size {size}")
@@ -216,8 +216,10 @@ class FrameProtocol(asyncio.BufferedProtocol):
 
     def _deliver(self, frame: bytes | bytearray) -> None:
         conn = self._conn()
-        if conn is not None:
-            conn._handle_frame(frame)
+        if conn is None or conn._reader is None:  # gone, or closed: nothing waits
+            self._failed = True
+            return
+        conn._handle_frame(frame)
 
     def _fail(self, exc: BaseException) -> None:
         self._failed = True
