@@ -58,7 +58,7 @@ from bench.common import (
 )
 from mirrorline.dev.brokers import LocalBroker
 from mirrorline.dev.local import describe, start_local, stop_local
-from mirrorline.runtime import tune_malloc
+from mirrorline.runtime import tune_kafka_io
 
 #: The contenders, in table order; the first one is the baseline the others are read against.
 #: Register new ones here as (name, async callable (BenchEnv) -> seconds).
@@ -649,10 +649,11 @@ def print_latency_table(results: list[LatencyResult]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    # The allocator settings every service runs with (`mirrorline.runtime.tune_malloc`):
-    # the audit measured in this process is then measured as the heartbeat service runs
-    # it, and the raw aiokafka loop gets them too (a stronger baseline, not a weaker one).
-    tune_malloc()
+    # What every service runs with (`mirrorline.runtime.tune_kafka_io`: allocator, flat
+    # produce requests, connection I/O): the audit measured in this process is then
+    # measured as the heartbeat service runs it, and the raw aiokafka loop gets them too
+    # (a stronger baseline, not a weaker one).
+    tune_kafka_io()
     try:
         results, steady = asyncio.run(bench(args))
     except KeyboardInterrupt:

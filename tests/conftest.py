@@ -21,11 +21,14 @@ import pytest
 from helpers import BROKER_ENV, broker_kind, start_cluster, stop_cluster
 
 from mirrorline.dev import kafka
+from mirrorline.runtime import tune_kafka_io
 
 CLUSTER_ALIASES = ("primary", "backup")
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # The tests' own clients connect as every service's do (`mirrorline.runtime`).
+    tune_kafka_io()
     try:
         kind = broker_kind()
     except ValueError as exc:

@@ -27,6 +27,7 @@ from typing import Any, Protocol
 from mirrorline import logsecrets
 from mirrorline.kafka.autocreate import forbid_auto_creation
 from mirrorline.kafka.causes import quiet_aiokafka
+from mirrorline.kafka.connio import use_own_connection_io
 from mirrorline.kafka.produce_request import encode_produce_requests_flat
 
 log = logging.getLogger(__name__)
@@ -189,6 +190,17 @@ def tune_malloc() -> bool:
                 and mallopt(_M_TRIM_THRESHOLD, MALLOC_TRIM_THRESHOLD))
 
 
+def tune_kafka_io() -> None:
+    """What every process of ours that moves Kafka bytes runs with: the allocator's
+    settings (`tune_malloc`), produce requests encoded flat and our own connection I/O
+    for every aiokafka client (`kafka/produce_request.py`, `kafka/connio.py`). Services
+    (`run_service`), the Spark executor's read and write tasks, the bench and the test
+    session call it."""
+    tune_malloc()
+    encode_produce_requests_flat()
+    use_own_connection_io()
+
+
 def run_service(factory: Callable[[], Service]) -> int:
     """Build and serve a service; returns the process exit status.
 
@@ -197,8 +209,7 @@ def run_service(factory: Callable[[], Service]) -> int:
     `CANCEL_BUDGET_S` instead of being waited for without limit.
     """
     tune_gc()
-    tune_malloc()
-    encode_produce_requests_flat()
+    tune_kafka_io()
     forbid_auto_creation()  # a deleted topic must stay deleted, whatever the broker allows
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)

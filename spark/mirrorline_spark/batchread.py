@@ -45,7 +45,7 @@ from mirrorline.kafka.rawbatches import (
     RawBatchError,
     RawBatches,
 )
-from mirrorline.runtime import tune_malloc
+from mirrorline.runtime import tune_kafka_io
 from mirrorline_spark.options import SourceFeed
 from mirrorline_spark.records import raw_chunk, records_to_arrow, to_chunk
 
@@ -111,7 +111,7 @@ def cut_range(fetched: FetchedPartition, feed: int, topic: str, partition: int,
 def read_batches(source: SourceFeed, feed: int, topic: str, partition: int, start: int,
                  end: int, *, stall_s: float) -> Iterator[pa.RecordBatch]:
     """Chunk rows of records [start, end) of one partition, in offset order."""
-    tune_malloc()  # fetch responses are fresh megabytes otherwise (mirrorline.runtime)
+    tune_kafka_io()  # as the services run: reused buffers, fewer copies
     kwargs, _ = consumer_kwargs(source.client)
     read_committed = kwargs.get("isolation_level") == "read_committed"
     partition_bytes = int(kwargs.get("max_partition_fetch_bytes", PARTITION_FETCH_BYTES))

@@ -52,7 +52,7 @@ from mirrorline.kafka.clients import producer_kwargs
 from mirrorline.kafka.flowclients import idempotent_by_default
 from mirrorline.kafka.rawbatches import RawBatchError, RawBatches
 from mirrorline.kafka.rawrecords import decode_batch
-from mirrorline.runtime import tune_malloc
+from mirrorline.runtime import tune_kafka_io
 from mirrorline_spark.acks import PartitionAcks
 from mirrorline_spark.batchread import client_kwargs
 from mirrorline_spark.options import DEFAULT_MAX_REQUEST_SIZE, SinkFeed
@@ -290,7 +290,7 @@ class BatchWriter:
     """A writer task's batch path: every chunk of feeds whose batch path is on."""
 
     def __init__(self, feeds: Sequence[SinkFeed]) -> None:
-        tune_malloc()  # produce requests are fresh megabytes otherwise (mirrorline.runtime)
+        tune_kafka_io()  # as the services run: reused buffers, fewer copies
         self._feeds = feeds
         self._loop = asyncio.new_event_loop()
         self._targets: dict[int, _Target] = {}

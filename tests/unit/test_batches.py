@@ -35,10 +35,13 @@ from mirrorline.core.batches import (
     Route,
     control_type,
     crc32c,
+    crc32c_shift,
     next_sequence,
     parse_header,
     record_offsets,
+    records_crc,
     rewrite,
+    rewrite_header,
     route,
     split,
 )
@@ -347,3 +350,27 @@ def test_aiokafka_batches_split_read_and_rewrite(
         assert DefaultRecordBatch(out).validate_crc()
         assert aiokafka_records(out) == expected
         assert out[HEADER_SIZE:] == data[HEADER_SIZE:]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=5000), st.integers(0, 2**32 - 1), st.integers(0, 2**32 - 1))
+def test_a_crc_difference_carries_through_any_bytes_as_the_shift_says(
+        data: bytes, a: int, b: int) -> None:
+    """The rewritten header's CRC and the audit's records CRC are derived, not recomputed
+    over the records: this is the identity both rely on."""
+    assert crc32c(data, a) ^ crc32c(data, b) == crc32c_shift(a ^ b, len(data))
+
+
+@pytest.mark.parametrize(("name", "index"), every_batch())
+def test_the_records_crc_and_the_new_crc_follow_from_the_checked_one(name: str,
+                                                                   index: int) -> None:
+    batch, _ = one(name, index)
+    assert records_crc(batch) == crc32c(batch.data[HEADER_SIZE:])
+    if batch.header is None or batch.header.is_control or not batch.header.contiguous:
+        return
+    header, records = rewrite_header(batch, producer_id=7, producer_epoch=2,
+                                     base_sequence=11, transactional=True)
+    recomputed = rewrite_header(batch, producer_id=7, producer_epoch=2, base_sequence=11,
+                                transactional=True, verify=False)[0]
+    assert header == recomputed and bytes(records) == bytes(batch.data[HEADER_SIZE:])
+    assert DefaultRecordBatch(bytes(header + records)).validate_crc()

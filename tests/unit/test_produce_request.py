@@ -8,6 +8,7 @@ from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 from mirrorline import runtime
 from mirrorline.kafka.produce_request import (
+    BatchParts,
     FlatProduceRequest,
     encode_produce_requests_flat,
     produce_requests_flat,
@@ -69,3 +70,17 @@ def test_malloc_tuning_applies_on_glibc_and_can_be_turned_off(
     assert runtime.tune_malloc()
     monkeypatch.setenv("MIRRORLINE_MALLOC_TUNING", "0")
     assert not runtime.tune_malloc()
+
+
+def test_a_batch_in_parts_encodes_as_the_joined_batch() -> None:
+    """The batch path hands a rewritten header and the source's records section as two
+    pieces (`BatchParts`); the request carries the same bytes as with the batch joined."""
+    data = bytes(_batch([b"v" * 1000] * 3))
+    versions = {ProduceRequest.API_KEY: (7, 7)}
+    parts = BatchParts(bytearray(data[:61]), memoryview(data)[61:])
+    flat = FlatProduceRequest(None, -1, 1000, [("t", [(0, parts), (1, data)])])
+    plain = ProduceRequest(None, -1, 1000, [("t", [(0, data), (1, data)])])
+    assert flat.prepare(versions).encode() == plain.prepare(versions).encode()
+    pieces: list[object] = []
+    flat.prepare(versions).encode_pieces(pieces)
+    assert any(piece is parts.parts[1] for piece in pieces)  # the records, not a copy

@@ -76,7 +76,7 @@ class BatchTarget:
             if self.refuse_source_over is not None and batch.size() > self.refuse_source_over:
                 future.set_exception(MessageSizeTooLargeError())
                 return future
-            data = batch._build()
+            data = batch.sent_bytes()
             self.codecs.append(parse_header(data).compression)
             written = records_of(data)
         else:
@@ -137,12 +137,12 @@ def test_the_producer_state_and_transactional_bit_land_in_the_header_only() -> N
     plain = SourceBatchBuilder(batch)
     assert (plain.record_count(), plain.size(), plain.closed()) == (6, len(batch.data), True)
     assert plain.append(timestamp=0, key=b"k", value=b"v") is None
-    header = parse_header(plain._build())
+    header = parse_header(plain.sent_bytes())
     assert (header.base_offset, header.producer_id, header.base_sequence,
             header.is_transactional) == (0, -1, -1, False)
     txn = SourceBatchBuilder(batch, transactional=True)
     txn._set_producer_state(42, 3, 17)
-    data = txn._build()
+    data = txn.sent_bytes()
     header = parse_header(data)
     assert (header.producer_id, header.producer_epoch, header.base_sequence,
             header.is_transactional, header.partition_leader_epoch) == (42, 3, 17, True, -1)

@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from hashlib import blake2b
 from typing import Any, Final
 
-from mirrorline.core.batches import HEADER_SIZE, Batch, crc32c
+from mirrorline.core.batches import HEADER_SIZE, Batch, records_crc
 from mirrorline.core.record_audit import MASK, window_start
 
 __all__ = [
@@ -80,7 +80,9 @@ def batch_key(batch: Batch, position: int, window_ms: int, since: int
     gaps, wholly at or past the reader's `position`, with CreateTime timestamps whose base
     and max fall into one window at or after `since` (the audit's first window). The key
     covers the records section's CRC-32C and length and the header fields that describe
-    the records; the mirror keeps all of them on the batch path.
+    the records; the mirror keeps all of them on the batch path. The records section's CRC
+    follows from the batch's own CRC (`core.batches.records_crc`), which the caller has
+    checked against the batch's bytes.
     """
     header = batch.header
     if (header is None or header.is_control or header.record_count < MIN_WHOLE_RECORDS
@@ -91,8 +93,8 @@ def batch_key(batch: Batch, position: int, window_ms: int, since: int
     if header.base_timestamp < since or \
             window_start(header.base_timestamp, window_ms) != window:
         return None
-    records = batch.data[HEADER_SIZE:]
-    key = blake2b(_KEY.pack(crc32c(records), len(records), header.record_count,
+    key = blake2b(_KEY.pack(records_crc(batch), len(batch.data) - HEADER_SIZE,
+                            header.record_count,
                             header.last_offset_delta,
                             header.attributes & _RECORDS_ATTRIBUTES,
                             header.base_timestamp, header.max_timestamp,

@@ -51,12 +51,70 @@ import crc32c as _crc32c
 __all__ = [
     "CODEC_NAMES", "HEADER_SIZE", "LOG_OVERHEAD", "AbortedTransactions", "Batch",
     "BatchError", "BatchHeader", "ControlType", "Path", "Reason", "Route", "Split",
-    "control_type", "crc32c", "next_sequence", "parse_header", "record_offsets", "rewrite",
-    "route", "split",
+    "control_type", "crc32c", "crc32c_shift", "next_sequence", "parse_header",
+    "record_offsets", "records_crc", "rewrite", "rewrite_header", "route", "split",
 ]
 
-#: CRC-32C (Castagnoli), as Kafka's `Crc32C`.
-crc32c = cast(Callable[[bytes | bytearray | memoryview], int], _crc32c.crc32c)
+#: CRC-32C (Castagnoli), as Kafka's `Crc32C`; a second argument continues the CRC of the
+#: bytes before them.
+crc32c = cast(Callable[..., int], _crc32c.crc32c)
+
+_CASTAGNOLI = 0x82F63B78  # the CRC-32C polynomial, bit-reflected
+#: `_SHIFTS[k]`: 4 tables of 256 (one per byte of a CRC) of the CRC register after 2**k
+#: zero bytes, built on first use.
+_SHIFTS: dict[int, tuple[list[int], ...]] = {}
+
+
+def _shift_tables(k: int) -> tuple[list[int], ...]:
+    tables = _SHIFTS.get(k)
+    if tables is None:
+        if k == 0:
+            columns = []
+            for bit in range(32):
+                x = 1 << bit
+                for _ in range(8):
+                    x = (x >> 1) ^ (_CASTAGNOLI if x & 1 else 0)
+                columns.append(x)
+        else:
+            half = _shift_tables(k - 1)
+            columns = [_apply(half, _apply(half, 1 << bit)) for bit in range(32)]
+        built = []
+        for byte in range(4):
+            table = [0] * 256
+            for b in range(1, 256):
+                low = b & -b
+                table[b] = table[b ^ low] ^ columns[8 * byte + low.bit_length() - 1]
+            built.append(table)
+        tables = _SHIFTS[k] = tuple(built)
+    return tables
+
+
+def _apply(tables: tuple[list[int], ...], x: int) -> int:
+    return (tables[0][x & 0xFF] ^ tables[1][(x >> 8) & 0xFF] ^ tables[2][(x >> 16) & 0xFF]
+            ^ tables[3][x >> 24])
+
+
+def crc32c_shift(x: int, length: int) -> int:
+    """How a difference `x` between two CRC-32Cs carries through `length` more bytes:
+    `crc32c(data, a) ^ crc32c(data, b) == crc32c_shift(a ^ b, len(data))` for any data.
+    So a batch's CRC after its header changed follows from its checked CRC and the two
+    headers alone, without a pass over its records (microseconds, not a pass)."""
+    k = 0
+    while length:
+        if length & 1:
+            x = _apply(_shift_tables(k), x)
+        length >>= 1
+        k += 1
+    return x
+
+
+def records_crc(batch: Batch) -> int:
+    """CRC-32C of `batch`'s records section (after the header), from the batch's own CRC,
+    which the caller has checked against its bytes: no pass over the records."""
+    header = _header_of(batch)
+    return header.crc ^ crc32c_shift(crc32c(batch.data[_ATTRIBUTES:HEADER_SIZE]),
+                                     len(batch.data) - HEADER_SIZE)
+
 
 #: Bytes before a batch's `batchLength` counts: baseOffset and batchLength themselves.
 LOG_OVERHEAD = 12
@@ -359,6 +417,20 @@ def rewrite(batch: Batch, *, producer_id: int = -1, producer_epoch: int = -1,
     target producer's id, epoch and base sequence (-1 each for a plain producer) and its
     transactional bit; the CRC is recomputed. The records section is copied byte for byte.
     """
+    header, records = rewrite_header(
+        batch, producer_id=producer_id, producer_epoch=producer_epoch,
+        base_sequence=base_sequence, transactional=transactional, base_offset=base_offset,
+        verify=verify)
+    header += records
+    return header
+
+
+def rewrite_header(batch: Batch, *, producer_id: int = -1, producer_epoch: int = -1,
+                   base_sequence: int = -1, transactional: bool = False,
+                   base_offset: int = 0, verify: bool = True
+                   ) -> tuple[bytearray, memoryview]:
+    """`rewrite` without copying the records: the new header (its CRC covering the
+    records) and the source's records section, which follows it unchanged."""
     header = _header_of(batch)
     where = f"record batch at offset {header.base_offset}"
     if header.is_control:
@@ -377,7 +449,8 @@ def rewrite(batch: Batch, *, producer_id: int = -1, producer_epoch: int = -1,
         raise BatchError(
             f"{where}: producer id {producer_id} needs an epoch and a base sequence "
             f"(got {producer_epoch}, {base_sequence})")
-    out = bytearray(batch.data)
+    out = bytearray(batch.data[:HEADER_SIZE])
+    records = batch.data[HEADER_SIZE:]
     struct.pack_into(">q", out, _BASE_OFFSET, base_offset)
     struct.pack_into(">i", out, _LEADER_EPOCH, -1)
     attributes = header.attributes & ~_TRANSACTIONAL
@@ -385,8 +458,14 @@ def rewrite(batch: Batch, *, producer_id: int = -1, producer_epoch: int = -1,
         attributes |= _TRANSACTIONAL
     struct.pack_into(">h", out, _ATTRIBUTES, attributes)
     _PRODUCER.pack_into(out, _PRODUCER_AT, producer_id, producer_epoch, base_sequence)
-    struct.pack_into(">I", out, _CRC, crc32c(memoryview(out)[_ATTRIBUTES:]))
-    return out
+    new_header = crc32c(memoryview(out)[_ATTRIBUTES:])
+    if verify:  # the checked CRC, carried over the records unchanged
+        crc = header.crc ^ crc32c_shift(
+            crc32c(batch.data[_ATTRIBUTES:HEADER_SIZE]) ^ new_header, len(records))
+    else:
+        crc = crc32c(records, new_header)
+    struct.pack_into(">I", out, _CRC, crc)
+    return out, records
 
 
 class Path(Enum):

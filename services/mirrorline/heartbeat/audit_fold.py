@@ -70,7 +70,7 @@ class SideFolder:
         self.whole_batches = 0
         self.whole_records = 0
 
-    def read(self, part: str, records: bytes, position: int, *, where: str,
+    def read(self, part: str, records: bytes | memoryview, position: int, *, where: str,
              aborted: Iterable[tuple[int, int]] | None, now_ms: int,
              cycle: Cycle) -> int:
         """Queue the batches of one partition's fetched `records` (fetched from
@@ -121,10 +121,10 @@ class SideFolder:
             1 for e in queue if e.state is State.WHOLE and e.key == key and e.window == window)
         return unmatched(other, self._own_tokens(part), claimed, window, key)
 
-    def _read_legacy(self, part: str, records: bytes, position: int, *, where: str,
+    def _read_legacy(self, part: str, records: bytes | memoryview, position: int, *, where: str,
                      aborted: Iterable[tuple[int, int]] | None, now_ms: int) -> int:
         """Magic 0/1 message sets among the batches: decoded whole, as before."""
-        decoded = decode(records, position, where=where, aborted=aborted)
+        decoded = decode(bytes(records), position, where=where, aborted=aborted)
         queue = self.queues.setdefault(part, deque())
         for found in decoded.batches:
             queue.append(Held(None, position, None, -1, now_ms,

@@ -11,9 +11,11 @@ replicator's CPU at 1 KiB records (a py-spy profile of `python -m bench --size 1
 parsing and everything else stay aiokafka's) whose `encode` walks the same schema but
 collects the pieces, batches untouched, and joins them once. The bytes are the same,
 field for field (`tests/unit/test_produce_request.py` compares them with aiokafka's for
-every version). Services install it for every producer of the process at start
-(`encode_produce_requests_flat`, called by `mirrorline.runtime`), as they forbid topic
-auto-creation (`kafka/autocreate.py`).
+every version). Our connection (`kafka/connio.py`) takes the pieces themselves
+(`encode_pieces`) and joins them once with the request's size and header. Services
+install it for every producer of the process at start (`encode_produce_requests_flat`,
+called by `mirrorline.runtime`), as they forbid topic auto-creation
+(`kafka/autocreate.py`).
 """
 
 from __future__ import annotations
@@ -25,7 +27,24 @@ from aiokafka.protocol.api import RequestStruct
 from aiokafka.protocol.produce import ProduceRequest
 from aiokafka.protocol.types import Array, Bytes, Int32, Schema
 
-__all__ = ["FlatProduceRequest", "encode_flat", "encode_produce_requests_flat"]
+__all__ = ["BatchParts", "FlatProduceRequest", "encode_flat", "encode_pieces",
+           "encode_produce_requests_flat"]
+
+
+class BatchParts:
+    """A record batch in pieces -- a rewritten header and the source's records section
+    (`core.batches.rewrite_header`) -- that a flat produce request carries as its one
+    `Bytes` value, copying each piece once into the request instead of joining them
+    first. Only flat requests take it (`produce_requests_flat`)."""
+
+    __slots__ = ("parts", "size")
+
+    def __init__(self, *parts: bytes | bytearray | memoryview) -> None:
+        self.parts = parts
+        self.size = sum(map(len, parts))
+
+    def __len__(self) -> int:
+        return self.size
 
 
 def _collect(kind: Any, value: Any, out: list[Any]) -> None:
@@ -41,15 +60,23 @@ def _collect(kind: Any, value: Any, out: list[Any]) -> None:
             _collect(kind.array_of, item, out)
     elif kind is Bytes and value is not None:
         out.append(Int32.encode(len(value)))
-        out.append(value)
+        if type(value) is BatchParts:
+            out.extend(value.parts)
+        else:
+            out.append(value)
     else:
         out.append(kind.encode(value))
+
+
+def encode_pieces(struct: RequestStruct, out: list[Any]) -> None:
+    """Append the pieces of `struct.encode()` to `out`, batches as they are (not copied)."""
+    _collect(struct.SCHEMA, [struct.__dict__[name] for name in struct.SCHEMA.names], out)
 
 
 def encode_flat(struct: RequestStruct) -> bytes:
     """`struct.encode()`, with one copy of every byte."""
     out: list[Any] = []
-    _collect(struct.SCHEMA, [struct.__dict__[name] for name in struct.SCHEMA.names], out)
+    encode_pieces(struct, out)
     return b"".join(out)
 
 
@@ -61,7 +88,8 @@ def _flat(struct_class: type[RequestStruct]) -> type[RequestStruct]:
     flat = _FLAT.get(struct_class)
     if flat is None:
         flat = _FLAT[struct_class] = type(struct_class.__name__, (struct_class,),
-                                          {"encode": encode_flat})
+                                          {"encode": encode_flat,
+                                           "encode_pieces": encode_pieces})
     return flat
 
 

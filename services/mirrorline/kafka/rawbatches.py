@@ -30,9 +30,9 @@ from typing import Any
 
 import aiokafka.errors as kafka_errors
 from aiokafka import AIOKafkaClient, TopicPartition
-from aiokafka.protocol.fetch import FetchRequest
 from aiokafka.protocol.transaction import InitProducerIdRequest
 
+from mirrorline.kafka.connio import ViewFetchRequest
 from mirrorline.kafka.produce_request import FlatProduceRequest
 
 __all__ = [
@@ -68,9 +68,13 @@ class RawBatchError(Exception):
 
 @dataclass(frozen=True)
 class FetchedPartition:
-    """What one partition's part of a Fetch response holds, records still as bytes."""
+    """What one partition's part of a Fetch response holds, records still as bytes.
 
-    records: bytes
+    `records` is a read-only view of the received response where the process uses our
+    connection I/O (`kafka/connio.py`, the services' default) and it is not short; it
+    keeps that response's buffer alive while it lives."""
+
+    records: bytes | memoryview
     high_watermark: int
     last_stable_offset: int
     log_start_offset: int
@@ -139,7 +143,7 @@ class RawBatches:
         topics: dict[str, list[tuple[int, int, int]]] = defaultdict(list)
         for tp, offset in positions.items():
             topics[tp.topic].append((tp.partition, offset, partition_max_bytes))
-        request = FetchRequest(max_wait_ms, min_bytes, max_bytes, isolation_level,
+        request = ViewFetchRequest(max_wait_ms, min_bytes, max_bytes, isolation_level,
                                list(topics.items()))
         response: Any = await self._client.send(leader, request)
         return _fetched(response)
@@ -210,7 +214,7 @@ def _fetched(response: Any) -> dict[TopicPartition, FetchedPartition]:
             log_start = answer[4] if version >= 5 else -1
             aborted = answer[5] if version >= 5 else answer[4]
             out[tp] = FetchedPartition(
-                records=bytes(answer[-1] or b""),
+                records=answer[-1] if answer[-1] is not None else b"",
                 high_watermark=int(answer[2]),
                 last_stable_offset=int(answer[3]),
                 log_start_offset=int(log_start),
