@@ -289,6 +289,8 @@ class FakeAdmin:
 
     leader: str | None = None
     requests: list[Any] = field(default_factory=list)
+    #: Calls answered first as a controller still taking office does.
+    taking_office: int = 0
 
     def __getattr__(self, name: str) -> Any:
         if not name[:1].isupper():
@@ -299,6 +301,10 @@ class FakeAdmin:
         return unimplemented  # the other Admin methods
 
     def _check(self, context: grpc.ServicerContext) -> None:
+        if self.taking_office:
+            self.taking_office -= 1
+            context.set_trailing_metadata((("retry-after-ms", "100"),))
+            context.abort(grpc.StatusCode.UNAVAILABLE, "just elected and taking office")
         if self.leader is not None:
             context.set_trailing_metadata((("leader-address", self.leader),))
             context.abort(grpc.StatusCode.UNAVAILABLE, "not the leader")
@@ -337,14 +343,30 @@ def free_port() -> int:
 def test_a_redirect_is_followed_once_only(
         serve: Any, capsys: pytest.CaptureFixture[str]) -> None:
     """Two controllers each naming the other as leader happen only in a leadership race,
-    which a real deployment cannot stage on demand: stand-ins play both (the only fake
-    server in the suite; the CLI against real controllers is tested in
+    which a real deployment cannot stage on demand: stand-ins play both (fake
+    servers only here; the CLI against real controllers is tested in
     tests/integration/test_admin_cli_live.py)."""
     second = FakeAdmin(leader="127.0.0.1:1")
     first = FakeAdmin(leader=serve(second))
     assert main(["admin", "--server", serve(first), "flows", "list"]) == 1
     assert capsys.readouterr().err == "mirrorline: UNAVAILABLE: not the leader\n"
     assert (len(first.requests), len(second.requests)) == (1, 1)
+
+
+def test_a_controller_taking_office_is_asked_again_within_the_deadline(
+        serve: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """A command run right after a deployment started meets a controller elected a moment
+    ago, still seeding its log; a real deployment cannot hold that moment on demand, so a
+    stand-in answers as it does (UNAVAILABLE with retry-after-ms) three times."""
+    office = FakeAdmin(taking_office=3)
+    assert main(["admin", "--server", serve(office), "flows", "list"]) == 0
+    assert "a->b" in capsys.readouterr().out
+    assert len(office.requests) == 4
+    # Past the call's deadline it gives up with the controller's words.
+    slow = FakeAdmin(taking_office=1_000)
+    assert main(["admin", "--server", serve(slow), "--timeout", "1", "flows", "list"]) == 1
+    assert "taking office" in capsys.readouterr().err
+    assert len(slow.requests) > 1  # asked again, then gave up
 
 
 def test_a_plaintext_redirect_to_another_host_is_not_followed(

@@ -9,7 +9,10 @@ a usage error (argparse's status), 130 on Ctrl-C.
 
 A controller that is not the leader answers UNAVAILABLE with the trailing metadata
 `leader-address`; every call is then retried once against that address
-(`leader_redirect` decides).
+(`leader_redirect` decides). A controller that was just elected and is still taking
+office, or one that knows of no leader yet, answers UNAVAILABLE with `retry-after-ms`:
+the call is asked again there after that wait, until the call's deadline has passed
+(`retry_after`), so a command run right after a deployment started does not fail.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar, cast
@@ -34,6 +38,7 @@ from mirrorline.v1 import admin_pb2_grpc
 
 __all__ = [
     "LEADER_ADDRESS_KEY",
+    "RETRY_AFTER_MS_KEY",
     "AdminError",
     "Connection",
     "built",
@@ -45,12 +50,14 @@ __all__ = [
     "leader_redirect",
     "reached",
     "redirect_of",
+    "retry_after",
     "unary",
     "unreachable_message",
     "usage_error",
 ]
 
 LEADER_ADDRESS_KEY: Final = "leader-address"
+RETRY_AFTER_MS_KEY: Final = "retry-after-ms"
 
 Req = TypeVar("Req", bound=Message)
 Resp = TypeVar("Resp", bound=Message)
@@ -85,15 +92,35 @@ def leader_redirect(code: grpc.StatusCode | None,
     return None
 
 
-def redirect_of(exc: grpc.RpcError, address: str) -> str | None:
-    """The leader a failed call names, or None."""
+def retry_after(code: grpc.StatusCode | None,
+                trailing_metadata: Iterable[tuple[str, str | bytes]] | None) -> float | None:
+    """Seconds to wait before asking the same controller again, or None (not to)."""
+    if code is not grpc.StatusCode.UNAVAILABLE or not trailing_metadata:
+        return None
+    for key, value in trailing_metadata:
+        if key.lower() == RETRY_AFTER_MS_KEY:
+            text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+            try:
+                return min(max(int(text), 0), 5_000) / 1000
+            except ValueError:
+                return None
+    return None
+
+
+def _status(exc: grpc.RpcError) -> tuple[grpc.StatusCode | None,
+                                         list[tuple[str, str | bytes]]]:
     try:
         code, metadata = exc.code(), exc.trailing_metadata()
     except AttributeError:  # an RpcError that is not a call (no status to look at)
-        return None
+        return None, []
     # At run time each entry is a (key, value) named tuple (grpc's _Metadatum).
-    pairs = [cast(tuple[str, str | bytes], tuple(cast(Iterable[Any], entry)))
-             for entry in metadata or ()]
+    return code, [cast(tuple[str, str | bytes], tuple(cast(Iterable[Any], entry)))
+                  for entry in metadata or ()]
+
+
+def redirect_of(exc: grpc.RpcError, address: str) -> str | None:
+    """The leader a failed call names, or None."""
+    code, pairs = _status(exc)
     return leader_redirect(code, pairs, current=address)
 
 
@@ -153,20 +180,26 @@ def invoke(connection: Connection,
            method: Callable[[admin_pb2_grpc.AdminStub],
                             grpc.UnaryUnaryMultiCallable[Req, Resp]],
            request: Req) -> Resp:
-    """One unary call with the deadline, retried once at the leader; AdminError on failure."""
+    """One unary call with the deadline, retried once at the leader, and asked again while
+    the controller says to retry shortly (within the deadline); AdminError on failure."""
     address = connection.server
-    for attempt in range(2):
+    deadline = time.monotonic() + connection.timeout
+    redirected = False
+    while True:
         with grpcsecure.blocking_channel(address, connection.credentials) as channel:
             try:
                 return method(admin_pb2_grpc.AdminStub(channel))(
-                    request, timeout=connection.timeout)
+                    request, timeout=max(deadline - time.monotonic(), 0.1))
             except grpc.RpcError as exc:
+                wait = retry_after(*_status(exc))
+                if wait is not None and time.monotonic() + wait < deadline:
+                    time.sleep(wait)
+                    continue
                 leader = follow(connection, address,
-                                redirect_of(exc, address) if attempt == 0 else None)
+                                None if redirected else redirect_of(exc, address))
                 if leader is None:
                     raise failure(exc, address, channel) from None
-                address = leader
-    raise AssertionError("unreachable")  # pragma: no cover
+                address, redirected = leader, True
 
 
 def connection_of(args: argparse.Namespace) -> Connection:

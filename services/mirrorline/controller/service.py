@@ -61,6 +61,12 @@ from mirrorline.v1 import (
 
 log = logging.getLogger(__name__)
 
+#: Trailing metadata of an UNAVAILABLE answer that will soon be a real one (a leader
+#: taking office, or no leader elected yet): how long a client should wait before asking
+#: the same controller again. `mirrorline admin` does, within its call deadline.
+RETRY_AFTER_MS_KEY = "retry-after-ms"
+RETRY_AFTER_MS = 500
+
 #: Leadership changes within `FLAP_WINDOW_S` that make the controller report NOT_SERVING.
 FLAP_CHANGES = 4
 FLAP_WINDOW_S = 60.0
@@ -152,12 +158,15 @@ class ControllerService(ServiceHost):
         state = self.state
         if self._election is not None and self._election.is_leader:
             # Elected but still seeding the log: no redirect (it would point back here).
+            context.set_trailing_metadata(((RETRY_AFTER_MS_KEY, str(RETRY_AFTER_MS)),))
             await context.abort(grpc.StatusCode.UNAVAILABLE,
                                 f"controller {self.controller_id} was just elected and is "
                                 "taking office; retry shortly")
         address = state.leader_address or ""
         if address:
             context.set_trailing_metadata((("leader-address", address),))
+        elif not state.leader_id and self.connect_error is None:
+            context.set_trailing_metadata(((RETRY_AFTER_MS_KEY, str(RETRY_AFTER_MS)),))
         if self.connect_error is not None:
             await context.abort(grpc.StatusCode.UNAVAILABLE,
                                 f"controller {self.controller_id} is not ready: "
