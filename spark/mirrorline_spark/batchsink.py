@@ -1,17 +1,17 @@
 """Writing on the batch path: source batches forwarded as they are, with raw Produce requests.
 
-Under `mirrorline.batch.path` auto or on (the default) a writer task sends everything of
-its partitions with raw Produce requests (`mirrorline.kafka.rawbatches`) over an aiokafka
-client, on an event loop of its own, as one idempotent producer (one InitProducerId per
-task and target cluster), acks=-1:
+Under `mirrorline.batch.path` auto or on (the default) the read task that fetched a range
+(`mirrorline_spark.copytask`) also sends it, with raw Produce requests
+(`mirrorline.kafka.rawbatches`) over an aiokafka client on the task's event loop, as one
+idempotent producer (one InitProducerId per task and target cluster), acks=-1:
 
-- a raw chunk's source batches are rewritten for the target (`core.batches.rewrite`:
-  base offset, leader epoch, producer id, epoch and sequence, CRC) and forwarded as they
-  are, their codec included, whatever the target producer's `compression.type` -- as the
-  replicator's batch path does;
-- a record chunk (batches the source sent the record path) is batched here with aiokafka's
-  record batch builder, compressed with `<target>.producer.compression.type`, at most
-  1 MiB or `max.request.size` per batch.
+- a source batch copied as it is gets rewritten for the target (`core.batches.rewrite_header`:
+  base offset, leader epoch, producer id, epoch and sequence, CRC) and is forwarded with
+  its codec, whatever the target producer's `compression.type` -- as the replicator's
+  batch path does;
+- records of batches that take the record path are batched here with aiokafka's record
+  batch builder, compressed with `<target>.producer.compression.type`, at most 1 MiB or
+  `max.request.size` per batch.
 
 A partition's batches leave in order with consecutive sequences, up to `MAX_IN_FLIGHT`
 at once (the first alone: a broker takes a new producer's first batch whatever its
@@ -39,24 +39,27 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiokafka.errors as kafka_errors
-import pyarrow as pa
 from aiokafka import AIOKafkaClient, TopicPartition
 from aiokafka.errors import KafkaError
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 from mirrorline.core.acked_runs import OffsetRun, extend_runs, offset_runs
-from mirrorline.core.batches import CODEC_NAMES, HEADER_SIZE, Batch, next_sequence, rewrite
-from mirrorline.core.batches import split as split_batches
+from mirrorline.core.batches import (
+    CODEC_NAMES,
+    HEADER_SIZE,
+    Batch,
+    next_sequence,
+    rewrite_header,
+)
 from mirrorline.core.rejects import rejected_record
 from mirrorline.kafka.clients import producer_kwargs
 from mirrorline.kafka.flowclients import idempotent_by_default
+from mirrorline.kafka.produce_request import BatchParts
 from mirrorline.kafka.rawbatches import RawBatchError, RawBatches
 from mirrorline.kafka.rawrecords import decode_batch
-from mirrorline.runtime import tune_kafka_io
 from mirrorline_spark.acks import PartitionAcks
 from mirrorline_spark.batchread import client_kwargs
 from mirrorline_spark.options import DEFAULT_MAX_REQUEST_SIZE, SinkFeed
-from mirrorline_spark.records import RawChunk
 
 __all__ = ["MAX_IN_FLIGHT", "BatchWriter"]
 
@@ -191,11 +194,14 @@ class _Lane:
         out.task = asyncio.ensure_future(self.target.raw.produce(self.tp, data))
         self.in_flight.append(out)
 
-    def _build(self, out: _Out) -> bytes | bytearray:
+    def _build(self, out: _Out) -> bytearray | BatchParts:
         t = self.target
         if out.batch is not None:
-            return rewrite(out.batch, producer_id=t.producer_id, producer_epoch=t.epoch,
-                           base_sequence=self.sequence)
+            # The new header and the source's records section, copied once, into the
+            # request (`kafka/produce_request.BatchParts`).
+            return BatchParts(*rewrite_header(out.batch, producer_id=t.producer_id,
+                                              producer_epoch=t.epoch,
+                                              base_sequence=self.sequence))
         assert out.records is not None
         builder = DefaultRecordBatchBuilder(2, t.codec, 0, t.producer_id, t.epoch,
                                             self.sequence, 1 << 62)
@@ -287,18 +293,47 @@ class _Lane:
 
 
 class BatchWriter:
-    """A writer task's batch path: every chunk of feeds whose batch path is on."""
+    """A read task's writing on the batch path (`mirrorline_spark.copytask`): the batches
+    and records of its partitions, sent on `loop` (shared with the task's fetches)."""
 
-    def __init__(self, feeds: Sequence[SinkFeed]) -> None:
-        tune_kafka_io()  # as the services run: reused buffers, fewer copies
+    def __init__(self, feeds: Sequence[SinkFeed], loop: asyncio.AbstractEventLoop) -> None:
         self._feeds = feeds
-        self._loop = asyncio.new_event_loop()
+        self._loop = loop
         self._targets: dict[int, _Target] = {}
         self._lanes: dict[tuple[int, str, int], _Lane] = {}
 
-    def write(self, feed: int, chunk: pa.RecordBatch | RawChunk, path: str,
-              reason: str) -> None:
-        self._loop.run_until_complete(self._write(feed, chunk, path, reason))
+    def stopped(self, feed: int, topic: str, partition: int) -> bool:
+        """Whether the target refused a record of this source partition (it stops)."""
+        remote = self._feeds[feed].topics.get(topic)
+        lane = self._lanes.get((feed, remote or "", partition))
+        return lane is not None and lane.error is not None
+
+    async def send_batch(self, feed: int, topic: str, partition: int, batch: Batch, *,
+                         path: str, reason: str) -> None:
+        """Forward one source batch as it is (rewritten for the target)."""
+        lane = await self._lane(feed, topic, partition)
+        lane.path, lane.reason = path, reason
+        await lane.send(_Out.of_batch(batch))
+
+    async def send_records(self, feed: int, topic: str, partition: int,
+                           records: Sequence[Rec], *, path: str, reason: str) -> None:
+        """Batch `records` here (the record path), in batches of at most 1 MiB or the
+        target's `max.request.size`."""
+        if not records:
+            return
+        lane = await self._lane(feed, topic, partition)
+        lane.path, lane.reason = path, reason
+        limit = min(BATCH_BYTES, lane.target.max_bytes)
+        start, size = 0, 0
+        for i, (_, _, key, value, headers) in enumerate(records):
+            est = 21 + len(key or b"") + len(value or b"") + sum(
+                len(k) + len(v or b"") + 10 for k, v in headers)
+            if i > start and size + est > limit - HEADER_SIZE:
+                await lane.send(_Out.of_records(list(records[start:i])))
+                start, size = i, 0
+            size += est
+        if start < len(records):
+            await lane.send(_Out.of_records(list(records[start:])))
 
     def finish(self) -> list[PartitionAcks]:
         """Wait for every answer; the acknowledgements of every partition written."""
@@ -306,15 +341,11 @@ class BatchWriter:
             self._loop.run_until_complete(lane.drain())
         return [lane.acks() for _, lane in sorted(self._lanes.items())]
 
-    def close(self) -> None:
-        loop = self._loop
-        tasks = asyncio.all_tasks(loop)
-        for task in tasks:
-            task.cancel()
-        loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
-        for target in self._targets.values():
-            loop.run_until_complete(target.client.close())
-        loop.close()
+    async def aclose(self) -> None:
+        """Close the clients (what was in flight is given up: see `batchread.run_down`)."""
+        targets, self._targets = list(self._targets.values()), {}
+        for target in targets:
+            await target.client.close()
 
     async def _target(self, feed: int) -> _Target:
         target = self._targets.get(feed)
@@ -341,36 +372,6 @@ class BatchWriter:
             lane = self._lanes[(feed, remote, partition)] = _Lane(
                 await self._target(feed), topic, remote, partition, sink.flow)
         return lane
-
-    async def _write(self, feed: int, chunk: pa.RecordBatch | RawChunk, path: str,
-                     reason: str) -> None:
-        if isinstance(chunk, RawChunk):
-            lane = await self._lane(feed, chunk.topic, chunk.partition)
-            lane.path, lane.reason = path, reason
-            for batch in split_batches(chunk.data).batches:
-                await lane.send(_Out.of_batch(batch))
-            return
-        if not chunk.num_rows:
-            return
-        columns = chunk.to_pydict()
-        lane = await self._lane(feed, columns["topic"][0], int(columns["partition"][0]))
-        lane.path, lane.reason = path, reason
-        records: list[Rec] = [
-            (o, t, k, v, [(h["key"], h["value"]) for h in hs] if hs else [])
-            for o, t, k, v, hs in zip(columns["offset"], columns["timestamp"],
-                                      columns["key"], columns["value"], columns["headers"],
-                                      strict=True)]
-        limit = min(BATCH_BYTES, lane.target.max_bytes)
-        start, size = 0, 0
-        for i, (_, _, key, value, headers) in enumerate(records):
-            est = 21 + len(key or b"") + len(value or b"") + sum(
-                len(k) + len(v or b"") + 10 for k, v in headers)
-            if i > start and size + est > limit - HEADER_SIZE:
-                await lane.send(_Out.of_records(records[start:i]))
-                start, size = i, 0
-            size += est
-        if start < len(records):
-            await lane.send(_Out.of_records(records[start:]))
 
 
 async def _producer_id(raw: RawBatches, java: Mapping[str, str], kwargs: Mapping[str, Any]

@@ -75,6 +75,29 @@ def _client(feed: Mapping[str, Any]) -> dict[str, str]:
 
 
 @dataclass(frozen=True)
+class SinkFeed:
+    #: librdkafka settings of the target cluster.
+    kafka: dict[str, str]
+    #: source topic -> remote topic.
+    topics: dict[str, str]
+    #: The flow's name, for errors that name a record (as the replicator's do) and for
+    #: the executor to know whose acknowledgements these are.
+    flow: str = ""
+    #: The flow's `mirrorline.batch.path`: other than "off", the source's read task copies
+    #: (`mirrorline_spark.copytask`, raw Produce requests of an aiokafka client of
+    #: `client`) and the sink only hands its acknowledgements on.
+    batch_path: str = "auto"
+    #: The target producer's settings as Java properties (`<target>.producer.*`).
+    client: dict[str, str] = field(default_factory=dict)
+
+
+def _sink_feed(feed: Mapping[str, Any], index: int) -> SinkFeed:
+    return SinkFeed(kafka=dict(_field(feed, index, "kafka")),
+                    topics=dict(_field(feed, index, "topics")), flow=str(feed.get("flow", "")),
+                    batch_path=_batch_path(feed, index), client=_client(feed))
+
+
+@dataclass(frozen=True)
 class SourceFeed:
     #: librdkafka settings of the source cluster.
     kafka: dict[str, str]
@@ -87,6 +110,21 @@ class SourceFeed:
     client: dict[str, str] = field(default_factory=dict)
     #: The target producer's `max.request.size`: a larger batch takes the record path.
     max_batch_bytes: int = DEFAULT_MAX_REQUEST_SIZE
+    #: Where the feed's records go (the sink's feed, option `target`): on the batch path
+    #: the read task copies what it reads (`mirrorline_spark.copytask`).
+    target: SinkFeed | None = None
+
+
+def _target(feed: Mapping[str, Any], index: int) -> SinkFeed | None:
+    target = feed.get("target")
+    if target is None:
+        return None
+    if not isinstance(target, dict):
+        raise ValueError(f"feed {index}: 'target' must be a JSON object (the sink's feed)")
+    try:
+        return _sink_feed(target, index)
+    except ValueError as exc:
+        raise ValueError(f"{exc} (in 'target')") from None
 
 
 @dataclass(frozen=True)
@@ -105,9 +143,14 @@ class SourceOptions:
                        starts={(str(t), int(p)): int(o)
                                for t, p, o in _field(f, i, "partitions")},
                        batch_path=_batch_path(f, i), client=_client(f),
-                       max_batch_bytes=int(f.get("maxBatchBytes", DEFAULT_MAX_REQUEST_SIZE)))
+                       max_batch_bytes=int(f.get("maxBatchBytes", DEFAULT_MAX_REQUEST_SIZE)),
+                       target=_target(f, i))
             for i, f in enumerate(_feeds(options)))
         layout = parse_layout(options)
+        for i, f in enumerate(feeds):
+            if layout == "chunks" and f.batch_path != "off" and f.target is None:
+                raise ValueError(f"feed {i}: 'target' is required where 'batchPath' is not "
+                                 f"off (the read task copies what it reads)")
         if layout == "records" and len(feeds) > 1:
             raise ValueError("layout 'records' carries no feed: a query of several feeds "
                              "needs layout 'chunks'")
@@ -122,23 +165,6 @@ class SourceOptions:
 
 
 @dataclass(frozen=True)
-class SinkFeed:
-    #: librdkafka settings of the target cluster.
-    kafka: dict[str, str]
-    #: source topic -> remote topic.
-    topics: dict[str, str]
-    #: The flow's name, for errors that name a record (as the replicator's do) and for
-    #: the executor to know whose acknowledgements these are.
-    flow: str = ""
-    #: The flow's `mirrorline.batch.path`: other than "off", the sink writes everything
-    #: (raw batches, and records it batches itself) with raw Produce requests of an
-    #: aiokafka client of `client`.
-    batch_path: str = "auto"
-    #: The target producer's settings as Java properties (`<target>.producer.*`).
-    client: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
 class SinkOptions:
     feeds: tuple[SinkFeed, ...]
     #: Unix socket of the executor that records what was acknowledged (optional).
@@ -149,10 +175,7 @@ class SinkOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
-        feeds = tuple(SinkFeed(kafka=dict(_field(f, i, "kafka")),
-                               topics=dict(_field(f, i, "topics")), flow=str(f.get("flow", "")),
-                               batch_path=_batch_path(f, i), client=_client(f))
-                      for i, f in enumerate(_feeds(options)))
+        feeds = tuple(_sink_feed(f, i) for i, f in enumerate(_feeds(options)))
         return cls(feeds=feeds, ack_socket=options.get("ackSocket"),
                    ack_secret=options.get("ackSecret"))
 

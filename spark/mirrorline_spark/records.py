@@ -1,5 +1,6 @@
 """The rows the source produces and the sink consumes: one Kafka record each, exactly, or
-(the executor's `chunks` layout) chunks of records, or of source record batches as fetched.
+(the executor's `chunks` layout) chunks of records, or what a read task that copied got
+acknowledged.
 
 Timestamps stay integers (milliseconds since the epoch, as on the wire) rather than
 Spark timestamps, which are microseconds and would invite rounding; null keys and values
@@ -8,12 +9,15 @@ stay null; headers keep their order and duplicates as a list of (key, value) str
 
 from __future__ import annotations
 
+import json
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict
 from typing import Any
 
 import pyarrow as pa
+
+from mirrorline_spark.acks import PartitionAcks
 
 SCHEMA_DDL = ("topic string, partition int, offset long, key binary, value binary, "
               "timestamp long, headers array<struct<key:string,value:binary>>")
@@ -24,16 +28,16 @@ HEADER = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())
 #: Arrow IPC stream (ARROW_SCHEMA). Spark then moves a few large values per micro-batch
 #: instead of converting every record to a JVM row and back, which is what bounds the
 #: per-record layout's throughput. `feed` says which of the query's feeds (source and
-#: target clusters) the records belong to.
-#:
-#: On the batch path (`raw` true) `batch` holds instead consecutive magic-2 record batches
-#: of the partition exactly as a fetch returned them (`mirrorline.core.batches.split` cuts
-#: them apart), each one the sink forwards as it is; `first_offset` is the first one's base
-#: offset and `records` their record count. `path` and `reason` say which copy path the
+#: target clusters) the records belong to; `path` and `reason` say which copy path the
 #: source chose for the chunk and why, in the words of the replicator's status
 #: (`PartitionStatus.copy_path`, `copy_path_reason`).
+#:
+#: On the batch path the read task copies itself (`mirrorline_spark.copytask`) and its
+#: rows are acknowledgements instead (`path` "acks"): `batch` holds one
+#: `PartitionAcks` as JSON, `first_offset` the first source offset acknowledged and
+#: `records` how many were.
 CHUNK_SCHEMA_DDL = ("feed int, topic string, partition int, first_offset long, records long, "
-                    "batch binary, raw boolean, path string, reason string")
+                    "batch binary, path string, reason string")
 
 CHUNK_ARROW_SCHEMA = pa.schema([
     pa.field("feed", pa.int32()),
@@ -42,7 +46,6 @@ CHUNK_ARROW_SCHEMA = pa.schema([
     pa.field("first_offset", pa.int64()),
     pa.field("records", pa.int64()),
     pa.field("batch", pa.binary()),
-    pa.field("raw", pa.bool_()),
     pa.field("path", pa.string()),
     pa.field("reason", pa.string()),
 ])
@@ -58,16 +61,8 @@ ARROW_SCHEMA = pa.schema([
 ])
 
 
-@dataclass(frozen=True, slots=True)
-class RawChunk:
-    """Source record batches of one partition, as fetched, for the sink to forward."""
-
-    topic: str
-    partition: int
-    data: bytes | memoryview
-    #: The copy path and its reason, as status shows them.
-    path: str
-    reason: str
+#: `path` of a row of acknowledgements.
+ACKS = "acks"
 
 
 def to_chunk(batch: pa.RecordBatch, feed: int, topic: str, partition: int, *,
@@ -78,14 +73,15 @@ def to_chunk(batch: pa.RecordBatch, feed: int, topic: str, partition: int, *,
         writer.write_batch(batch)
     first = batch.column(2)[0].as_py() if batch.num_rows else -1
     return _row(feed, topic, partition, first, batch.num_rows, sink.getvalue().to_pybytes(),
-                raw=False, path=path, reason=reason)
+                path=path, reason=reason)
 
 
-def raw_chunk(data: bytes, feed: int, topic: str, partition: int, first_offset: int,
-              records: int, *, reason: str) -> pa.RecordBatch:
-    """One chunk row holding record batches as fetched (the batch path)."""
-    return _row(feed, topic, partition, first_offset, records, data, raw=True,
-                path="batches", reason=reason)
+def acks_row(feed: int, acks: PartitionAcks) -> pa.RecordBatch:
+    """One row carrying what a read task that copies got acknowledged for a partition."""
+    first = acks.runs[0][0] if acks.runs else -1
+    return _row(feed, acks.topic, acks.partition, first, acks.records,
+                json.dumps(asdict(acks), separators=(",", ":")).encode(),
+                path=ACKS, reason="")
 
 
 def _one_binary(data: bytes) -> pa.Array:
@@ -95,34 +91,33 @@ def _one_binary(data: bytes) -> pa.Array:
 
 
 def _row(feed: int, topic: str, partition: int, first: int, records: int, data: bytes, *,
-         raw: bool, path: str, reason: str) -> pa.RecordBatch:
+         path: str, reason: str) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays([
         pa.array([feed], pa.int32()), pa.array([topic], pa.string()),
         pa.array([partition], pa.int32()),
         pa.array([first], pa.int64()), pa.array([records], pa.int64()),
-        _one_binary(data), pa.array([raw], pa.bool_()),
+        _one_binary(data),
         pa.array([path], pa.string()), pa.array([reason], pa.string())],
         schema=CHUNK_ARROW_SCHEMA)
 
 
-#: What a chunk row carries: records (Arrow, with the copy path and its reason) or raw
-#: source batches.
-Chunk = tuple[int, "pa.RecordBatch | RawChunk", str, str]
+#: What a chunk row carries: records (Arrow, with the copy path and its reason), or what a
+#: read task that copied got acknowledged.
+Chunk = tuple[int, "pa.RecordBatch | PartitionAcks", str, str]
 
 
 def from_chunks(chunks: pa.RecordBatch) -> list[Chunk]:
-    """What a batch of chunk rows holds, in order: (feed, records or raw batches, copy
-    path, reason)."""
+    """What a batch of chunk rows holds, in order: (feed, records or acknowledgements,
+    copy path, reason)."""
     out: list[Chunk] = []
     columns = {name: chunks.column(name).to_pylist()
-               for name in ("feed", "topic", "partition", "raw", "path", "reason")}
-    for feed, topic, partition, buffer, raw, path, reason in zip(
-            columns["feed"], columns["topic"], columns["partition"],
-            _binary_views(chunks.column("batch")), columns["raw"], columns["path"],
+               for name in ("feed", "path", "reason")}
+    for feed, buffer, path, reason in zip(
+            columns["feed"], _binary_views(chunks.column("batch")), columns["path"],
             columns["reason"], strict=True):
-        if raw:
-            out.append((int(feed), RawChunk(topic, int(partition), buffer, path, reason),
-                        path, reason))
+        if path == ACKS:
+            out.append((int(feed), PartitionAcks.from_json(json.loads(bytes(buffer))),
+                        path, ""))
             continue
         with pa.ipc.open_stream(pa.py_buffer(buffer)) as reader:
             out.extend((int(feed), b, path or "records", reason or "") for b in reader)

@@ -12,9 +12,10 @@ a restart copies it again from the last recorded progress: duplicates, never los
 A record the target refuses (too large, corrupt) stops its partition only: the records
 before it are acknowledged and recorded, the error names topic, partition and offset.
 
-That is the record path (`mirrorline.batch.path = off`). Feeds on the batch path, the
-default, forward the source's record batches as they are with raw Produce requests
-instead (`mirrorline_spark.batchsink`), with the same guarantees and acknowledgements.
+That is the record path (`mirrorline.batch.path = off`). On the batch path, the
+default, the read task already copied its range (`mirrorline_spark.copytask`, the
+source's record batches forwarded as they are) and its rows are acknowledgements, which
+a writer task passes on to the commit unchanged.
 """
 
 from __future__ import annotations
@@ -31,9 +32,8 @@ from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMess
 from mirrorline.core.acked_runs import offset_runs
 from mirrorline.core.rejects import rejected_record
 from mirrorline_spark.acks import PartitionAcks, send_acks
-from mirrorline_spark.batchsink import BatchWriter
 from mirrorline_spark.options import SinkOptions
-from mirrorline_spark.records import CHUNK_ARROW_SCHEMA, Chunk, RawChunk, from_chunks
+from mirrorline_spark.records import CHUNK_ARROW_SCHEMA, Chunk, from_chunks
 
 #: librdkafka settings of the data producer (the operator's connection settings win for
 #: everything else; these make the guarantees and are not overridable).
@@ -146,24 +146,19 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
 def write_batches(options: SinkOptions, batches: Iterator[pa.RecordBatch]
                   ) -> list[PartitionAcks]:
     """Write every chunk (or record batch) of a writer task; what was acknowledged where,
-    per partition. Feeds on the batch path go through `mirrorline_spark.batchsink`, the
-    others through librdkafka, record by record."""
+    per partition. Records go through librdkafka, record by record; acknowledgement rows
+    (the read task copied on the batch path) are passed on."""
     from confluent_kafka import Producer
 
     trackers: dict[tuple[int, str, int], _Tracker] = {}
     #: One producer per feed (target cluster) this task writes to; usually just one.
     producers: dict[int, Any] = {}
-    writer: BatchWriter | None = None
+    copied: list[PartitionAcks] = []
     try:
         for feed, batch, path, reason in _records(batches):
-            # The batch path is the executor's `chunks` layout's (rows of the per-record
-            # layout say no path): raw chunks, and record chunks of a feed not `off`.
-            if isinstance(batch, RawChunk) or (path and options.feeds[feed].batch_path != "off"):
-                if writer is None:
-                    writer = BatchWriter(options.feeds)
-                writer.write(feed, batch, path, reason)
+            if isinstance(batch, PartitionAcks):  # the read task copied (the batch path)
+                copied.append(batch)
                 continue
-            assert isinstance(batch, pa.RecordBatch), "raw batches need the batch path"
             producer = producers.get(feed)
             if producer is None:
                 target = options.feeds[feed]
@@ -174,15 +169,10 @@ def write_batches(options: SinkOptions, batches: Iterator[pa.RecordBatch]
             producer.poll(0)
         for feed, producer in producers.items():
             _flush(producer, [t for k, t in trackers.items() if k[0] == feed])
-        acks = [t.acks() for _, t in sorted(trackers.items())]
-        if writer is not None:
-            acks.extend(writer.finish())
-        return acks
+        return [t.acks() for _, t in sorted(trackers.items())] + copied
     finally:
         for producer in producers.values():
             producer.flush(0)
-        if writer is not None:
-            writer.close()
 
 
 def _partition_runs(batch: pa.RecordBatch) -> Iterator[pa.RecordBatch]:

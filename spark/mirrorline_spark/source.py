@@ -5,9 +5,9 @@ offsets, from one or several source clusters (the query's *feeds*, see
 `mirrorline_spark.options`). A micro-batch's offsets are the partitions' source offsets:
 `{"<feed>:<partition>:<topic>": next offset}`. Ends come from the high watermarks in
 fetch responses (`mirrorline_spark.probe`). Each micro-batch reads one Spark partition
-per Kafka partition and yields Arrow record batches: in the executor's `chunks` layout,
-source record batches as fetched wherever the batch path applies
-(`mirrorline_spark.batchread`), else records read with librdkafka.
+per Kafka partition and yields Arrow record batches: records read with librdkafka, or, in
+the executor's `chunks` layout wherever the batch path applies, the acknowledgements of a
+read task that copied its range itself (`mirrorline_spark.copytask`).
 
 The start offsets are given by whoever starts the query (the executor reads them from
 durable progress); Spark's checkpoint is only a cache of them.
@@ -132,10 +132,10 @@ class KafkaStreamReader(DataSourceStreamReader):
         assert isinstance(partition, KafkaRange)
         feed = self.options.feeds[partition.feed]
         if self.options.layout == "chunks" and feed.batch_path != "off":
-            from mirrorline_spark.batchread import read_batches
+            from mirrorline_spark.copytask import copy_range
 
-            return read_batches(feed, partition.feed, partition.topic, partition.partition,
-                                partition.start, partition.end, stall_s=STALL_S)
+            return copy_range(feed, partition.feed, partition.topic, partition.partition,
+                              partition.start, partition.end, stall_s=STALL_S)
         batches = read_range(feed.kafka, partition)
         if self.options.layout == "chunks":
             return (to_chunk(b, partition.feed, partition.topic, partition.partition,

@@ -1,6 +1,7 @@
 """One Spark query copies several flows between different clusters: the source reader and
 the sink writer of `mirrorline_spark`, run in this process exactly as Spark's Python
-workers run them (plan the micro-batch, read each range into chunk rows, write them), on
+workers run them (plan the micro-batch, read each range -- on the batch path the read
+task copies it and yields acknowledgements, on the record path chunk rows -- write), on
 two real brokers, crossing in both directions at once. Spark itself adds nothing to what
 is checked here and runs in test_spark.py and test_spark_run.py."""
 
@@ -61,16 +62,19 @@ async def test_one_query_copies_two_flows_between_two_clusters_in_both_direction
     ]
     await create_topic(backup.bootstrap, f"p.{topic}", 2)
     await create_topic(primary.bootstrap, f"b.{topic}", 1)
-    source = {"feeds": json.dumps([{k: f[k] for k in ("kafka", "partitions", "batchPath")}
-                                   for f in feeds]),
-              "layout": "chunks"}
     # The sink's feed i writes to the cluster the source's feed i does not read.
-    sink = SinkOptions.parse({"feeds": json.dumps([
-        {**feeds[0], "kafka": {"bootstrap.servers": backup.bootstrap}},
-        {**feeds[1], "kafka": {"bootstrap.servers": primary.bootstrap}}])})
+    targets = [{**feeds[0], "kafka": {"bootstrap.servers": backup.bootstrap}},
+               {**feeds[1], "kafka": {"bootstrap.servers": primary.bootstrap}}]
+    source = {"feeds": json.dumps([{k: f[k] for k in ("kafka", "partitions", "batchPath")}
+                                   | {"target": t} for f, t in zip(feeds, targets, strict=True)]),
+              "layout": "chunks"}
+    sink = SinkOptions.parse({"feeds": json.dumps(targets)})
 
     tasks = await asyncio.to_thread(_micro_batch, source)
     assert len(tasks) == 3  # one Spark partition per Kafka partition, of both feeds
+    # On the batch path the read tasks copy: their rows carry acknowledgements, no record.
+    kinds = {p for chunks in tasks for c in chunks for p in c.column("path").to_pylist()}
+    assert kinds == ({"records"} if batch_path == "off" else {"acks"})
     acks = [a for chunks in tasks
             for a in await asyncio.to_thread(write_batches, sink, iter(chunks))]
 

@@ -114,6 +114,26 @@ def test_chunks_carry_records_unchanged() -> None:
     assert [(f, b.to_pylist()) for f, b, _, _ in from_chunks(chunk)] == [(2, batch.to_pylist())]
 
 
+def test_a_read_task_that_copied_hands_its_acknowledgements_on_whole() -> None:
+    """On the batch path the read task copies and its row carries what landed where: the
+    sink's commit gets the same runs, error, copy path and metrics the task measured."""
+    import pyarrow as pa
+    from mirrorline_spark.acks import PartitionAcks
+    from mirrorline_spark.records import acks_row, from_chunks
+
+    acks = PartitionAcks("t", 3, "c.t", [(7, 5, 100), (13, 2, 105)],
+                         "target rejected the record: ... offset 15", value_bytes=7000,
+                         min_timestamp=1, max_timestamp=9, last_timestamp=8,
+                         fetched_ms=1.5e12, flow="c->d", copy_path="batches",
+                         copy_path_reason="mirrorline.batch.path = on")
+    row = acks_row(1, acks)
+    assert row.to_pydict()["first_offset"] == [7] and row.to_pydict()["records"] == [7]
+    rows = pa.Table.from_batches([row, acks_row(0, PartitionAcks("u", 0, "c.u"))]) \
+        .combine_chunks().to_batches()
+    assert [(f, a) for f, a, _, _ in from_chunks(rows[0])] == [
+        (1, acks), (0, PartitionAcks("u", 0, "c.u"))]
+
+
 def test_acknowledgements_of_a_flow_the_executor_does_not_run_fail_the_micro_batch(
         tmp_path: object) -> None:
     """Nothing is recorded and the micro-batch fails (so it is copied again from recorded

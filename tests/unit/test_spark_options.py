@@ -10,8 +10,10 @@ from mirrorline_spark.options import SinkOptions, SourceOptions
 
 
 def _feed(n: int) -> dict[str, object]:
+    target = {"kafka": {"bootstrap.servers": "d:9092"}, "topics": {"t": f"c{n}.t"},
+              "flow": f"c{n}->d"}
     return {"kafka": {"bootstrap.servers": f"h{n}:9092"}, "partitions": [["t", 0, 5 * n]],
-            "topics": {"t": f"c{n}.t"}, "flow": f"c{n}->d"}
+            "topics": {"t": f"c{n}.t"}, "flow": f"c{n}->d", "target": target}
 
 
 def test_a_query_of_several_flows_keeps_each_flows_clusters_and_partitions() -> None:
@@ -23,6 +25,10 @@ def test_a_query_of_several_flows_keeps_each_flows_clusters_and_partitions() -> 
     sink = SinkOptions.parse(options)
     assert [(f.flow, f.topics) for f in sink.feeds] == [("c1->d", {"t": "c1.t"}),
                                                         ("c2->d", {"t": "c2.t"})]
+    # The read tasks copy on the batch path: each source feed knows its own target.
+    assert [(f.target.flow, f.target.topics, f.target.kafka["bootstrap.servers"])
+            for f in source.feeds if f.target is not None] == [
+        ("c1->d", {"t": "c1.t"}, "d:9092"), ("c2->d", {"t": "c2.t"}, "d:9092")]
 
 
 def test_a_query_of_one_flow_may_give_its_options_flat() -> None:
@@ -43,6 +49,10 @@ def test_rows_of_one_record_each_cannot_say_which_flow_they_belong_to() -> None:
     (json.dumps([{"kafka": {}}]), "feed 0: 'partitions' is required"),
     (json.dumps([_feed(1), _feed(2) | {"batchPath": "yes"}]),
      "feed 1: 'batchPath' must be auto, on or off, not 'yes'"),
+    (json.dumps([_feed(1), {k: v for k, v in _feed(2).items() if k != "target"}]),
+     "feed 1: 'target' is required where 'batchPath' is not off"),
+    (json.dumps([_feed(1) | {"target": {"kafka": {}}}]),
+     r"feed 0: 'topics' is required \(in 'target'\)"),
 ])
 def test_bad_feeds_are_named(feeds: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):

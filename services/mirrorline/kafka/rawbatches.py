@@ -33,7 +33,7 @@ from aiokafka import AIOKafkaClient, TopicPartition
 from aiokafka.protocol.transaction import InitProducerIdRequest
 
 from mirrorline.kafka.connio import ViewFetchRequest
-from mirrorline.kafka.produce_request import FlatProduceRequest
+from mirrorline.kafka.produce_request import BatchParts, FlatProduceRequest
 
 __all__ = [
     "READ_COMMITTED",
@@ -148,9 +148,11 @@ class RawBatches:
         response: Any = await self._client.send(leader, request)
         return _fetched(response)
 
-    async def produce(self, tp: TopicPartition, batch: bytes | bytearray, *, acks: int = -1,
-                      timeout_ms: int = 30_000, transactional_id: str | None = None) -> int:
-        """Write one record batch to `tp`; the base offset the leader assigned it."""
+    async def produce(self, tp: TopicPartition, batch: bytes | bytearray | BatchParts, *,
+                      acks: int = -1, timeout_ms: int = 30_000,
+                      transactional_id: str | None = None) -> int:
+        """Write one record batch to `tp` (whole, or in pieces: `BatchParts`); the base
+        offset the leader assigned it."""
         leader = await self._leader(tp)
         # Encoded with one copy of the batch (`kafka/produce_request.py`), not six.
         request = FlatProduceRequest(transactional_id, acks, timeout_ms,

@@ -67,7 +67,9 @@ class Feed:
                 "partitions": [[t, p, o] for (t, p), o in sorted(self.starts.items())],
                 "batchPath": self.batch_path, "client": dict(self.source_client),
                 "maxBatchBytes": int(self.target_client.get(
-                    "max.request.size", DEFAULT_MAX_REQUEST_SIZE))}
+                    "max.request.size", DEFAULT_MAX_REQUEST_SIZE)),
+                # On the batch path the read task copies (`mirrorline_spark.copytask`).
+                "target": self.sink_option()}
 
     def sink_option(self) -> dict[str, object]:
         return {"kafka": self.target, "topics": self.topics, "flow": self.flow,
