@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 log = logging.getLogger(__name__)
@@ -27,6 +28,8 @@ _T = TypeVar("_T")
 
 #: JVM options of the driver unless `--spark-conf spark.driver.extraJavaOptions=...` is given.
 DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+#: A folder on the PYTHONPATH of Spark's Python workers (`workerpath/sitecustomize.py`).
+WORKER_PATH = str(Path(__file__).resolve().parent.parent / "workerpath")
 #: Pause between micro-batches when there is nothing to copy.
 TRIGGER = "200 milliseconds"
 
@@ -71,6 +74,11 @@ class SparkDriver:
             # Spark's web UI listens on SPARK_LOCAL_IP, else on every interface; it has no
             # authentication, so loopback unless the operator's environment says otherwise.
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        # Spark's Python workers import PySpark's compiled modules, not its zip: they
+        # inherit this PYTHONPATH through the driver JVM (workerpath/sitecustomize.py).
+        paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        if WORKER_PATH not in paths:
+            os.environ["PYTHONPATH"] = os.pathsep.join([*paths, WORKER_PATH])
         from pyspark.sql import SparkSession
 
         from mirrorline_spark.executor.classdata import driver_java_options
@@ -88,7 +96,9 @@ class SparkDriver:
         # one row per batch lets the writer produce while the reader still fetches.
         # With a class-data archive made for this Java and PySpark (classdata.py), the
         # driver maps its classes from it: about half the CPU of a start.
+        # Task workers are forked with their modules already imported (workerdaemon.py).
         defaults = {"spark.driver.extraJavaOptions": driver_java_options(DRIVER_JAVA_OPTIONS),
+                    "spark.python.daemon.module": "mirrorline_spark.workerdaemon",
                     "spark.sql.execution.arrow.maxRecordsPerBatch": "1",
                     "spark.sql.shuffle.partitions": "4",
                     "spark.sql.streaming.stopTimeout": "10000",
