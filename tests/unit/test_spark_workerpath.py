@@ -29,6 +29,10 @@ def test_workers_import_the_installed_pyspark_rather_than_its_archive(tmp_path: 
     # As Spark starts a worker: its archive first, then what the driver's environment had.
     assert _imported_from([str(ARCHIVE)], tmp_path).startswith(str(ARCHIVE))
     assert _imported_from([str(ARCHIVE), WORKER_PATH], tmp_path) == pyspark.__file__
+    # Off the path altogether: PySpark's worker clears the import caches before every
+    # task, and an archive's importer would read its whole directory again each time.
+    gone = "import sys; assert not [p for p in sys.path if 'pyspark.zip' in p], sys.path; "
+    assert _imported_from([str(ARCHIVE), WORKER_PATH], tmp_path, gone) == pyspark.__file__
 
 
 def test_a_sitecustomize_of_the_interpreters_own_still_runs(tmp_path: Path) -> None:

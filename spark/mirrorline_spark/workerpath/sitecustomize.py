@@ -9,9 +9,12 @@ samples of a py-spy profile of the executor's processes (`zipimport._compile_sou
 
 The executor puts this folder on the `PYTHONPATH` its Spark driver inherits
 (`mirrorline_spark.executor.driver`), so Python runs this module at the start of every
-worker of a local master. Where PySpark is installed as a package (pip), its modules are
-found outside the archives, with their bytecode: the archives move behind the rest of
-the path. Where only the archives carry PySpark, nothing changes. Then whatever
+worker of a local master. Where PySpark and py4j are installed as packages (pip), their
+modules are found outside the archives, with their bytecode, and the archives leave the
+path: besides the compiling, PySpark's worker clears the import caches before every task,
+which made each archive's importer read its whole directory again (the spark-core jar
+holds thousands of entries; a fifth of a task worker's CPU). Where only the archives
+carry PySpark, nothing changes. Then whatever
 `sitecustomize` the interpreter would have run without this folder runs as well.
 
 Only the standard library may be imported here: this runs before anything else.
@@ -33,11 +36,12 @@ def _is_spark_archive(entry: str) -> bool:
                                                                  "spark-core"))
 
 
-def _archives_last() -> None:
-    archives = [p for p in sys.path if _is_spark_archive(p)]
-    rest = [p for p in sys.path if p not in archives]
-    if archives and importlib.machinery.PathFinder.find_spec("pyspark", rest) is not None:
-        sys.path[:] = rest + archives
+def _without_archives() -> None:
+    rest = [p for p in sys.path if not _is_spark_archive(p)]
+    if len(rest) < len(sys.path) and all(
+            importlib.machinery.PathFinder.find_spec(name, rest) is not None
+            for name in ("pyspark", "py4j")):
+        sys.path[:] = rest
 
 
 def _chain() -> None:
@@ -49,5 +53,5 @@ def _chain() -> None:
         spec.loader.exec_module(module)
 
 
-_archives_last()
+_without_archives()
 _chain()
