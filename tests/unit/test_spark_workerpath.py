@@ -31,7 +31,8 @@ def test_workers_import_the_installed_pyspark_rather_than_its_archive(tmp_path: 
     assert _imported_from([str(ARCHIVE), WORKER_PATH], tmp_path) == pyspark.__file__
     # Off the path altogether: PySpark's worker clears the import caches before every
     # task, and an archive's importer would read its whole directory again each time.
-    gone = "import sys; assert not [p for p in sys.path if 'pyspark.zip' in p], sys.path; "
+    gone = ("import sys; assert not [p for p in [*sys.path, *sys.path_importer_cache]"
+            " if 'pyspark.zip' in p], sys.path; ")
     assert _imported_from([str(ARCHIVE), WORKER_PATH], tmp_path, gone) == pyspark.__file__
 
 

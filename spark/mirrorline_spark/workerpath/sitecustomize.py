@@ -42,6 +42,10 @@ def _without_archives() -> None:
             importlib.machinery.PathFinder.find_spec(name, rest) is not None
             for name in ("pyspark", "py4j")):
         sys.path[:] = rest
+        # Importing this module already made an importer for each archive; a cached one
+        # would still be asked to re-read its directory at every cache invalidation.
+        for entry in [e for e in sys.path_importer_cache if _is_spark_archive(e)]:
+            del sys.path_importer_cache[entry]
 
 
 def _chain() -> None:
