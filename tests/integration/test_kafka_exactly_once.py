@@ -13,9 +13,10 @@ from __future__ import annotations
 import asyncio
 import signal
 from pathlib import Path
+from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from helpers import shape, wait_for
 from kafka_checks import read_all, ready_topic
 from procs import mm2_config, replicator
@@ -62,21 +63,37 @@ async def committed_total(cluster: LocalKafkaCluster, topic: str) -> int:
                                                  missing_ok=True)).values())
 
 
-async def uncommitted_records(cluster: LocalKafkaCluster, topic: str) -> int:
-    """Records on `topic` a read_committed reader does not see (a round left open)."""
+async def open_round(cluster: LocalKafkaCluster, topic: str) -> bool:
+    """Whether `topic` holds records a read_committed reader does not see, still a second
+    later (before any round was aborted: afterwards those records count too)."""
+    for wait in (0.0, 1.0):
+        await asyncio.sleep(wait)
+        uncommitted = sum(len(rs) for rs in (await read_all(
+            cluster.bootstrap, topic, isolation="read_uncommitted", missing_ok=True)).values())
+        if uncommitted == await committed_total(cluster, topic):
+            return False
+    return True
+
+
+async def aborted_records(cluster: LocalKafkaCluster, topic: str) -> int:
+    """Records below the last stable offset a read_committed reader does not see: rounds the
+    transaction coordinator aborted. Below that offset every transaction is decided, so a
+    round still open, or one whose commit markers are on their way, does not count."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=cluster.bootstrap,
+                                isolation_level="read_committed")
+    await consumer.start()
+    try:
+        stable = await consumer.end_offsets(
+            [TopicPartition(topic, p) for p in range(PARTITIONS)])
+    finally:
+        await consumer.stop()
+    committed = await read_all(cluster.bootstrap, topic, missing_ok=True)
     everything = await read_all(cluster.bootstrap, topic, isolation="read_uncommitted",
                                 missing_ok=True)
-    return sum(len(rs) for rs in everything.values()) - await committed_total(cluster, topic)
 
-
-async def left_open(cluster: LocalKafkaCluster, topic: str) -> bool:
-    """Whether a killed replicator left a round open on `topic`: records a read_committed
-    reader does not see, still there a second later (a commit whose markers were on their
-    way when the kill came would have landed by then)."""
-    if await uncommitted_records(cluster, topic) == 0:
-        return False
-    await asyncio.sleep(1)
-    return await uncommitted_records(cluster, topic) > 0
+    def below(records: dict[int, list[Any]], p: int) -> int:
+        return sum(1 for r in records.get(p, []) if r.offset < stable[TopicPartition(topic, p)])
+    return sum(below(everything, p) - below(committed, p) for p in range(PARTITIONS))
 
 
 def eos_config(primary: LocalKafkaCluster, backup: LocalKafkaCluster, topic: str,
@@ -96,21 +113,35 @@ async def test_read_committed_sees_each_record_once_through_repeated_sigkills(
     config = eos_config(primary, backup, topic, unique) + \
         "primary.consumer.max.partition.fetch.bytes = 4096\n"
     produced = 0
-    # At least two kills, and more (up to six) until one has left a round open on the target:
-    # on a quiet machine a kill can fall between two rounds, and the test needs one aborted
-    # round behind to check isolation against (checked below).
+    # At least two kills, and more (up to six) until one has left a round the next
+    # replicator aborted: on a quiet machine a kill can fall between two rounds, or after a
+    # round's commit was sent, and the test needs one aborted round behind to check
+    # isolation against (checked below).
     for round_ in range(6):
-        before = await committed_total(backup, remote) if round_ else 0
+        before = await end_total(backup, remote) if round_ else 0
         async with replicator(config, tmp_path, name=f"r{round_}") as proc:
             producing = asyncio.create_task(burst(primary.bootstrap, topic, produced, BURST))
 
             async def copying(before: int = before) -> bool:
                 return await end_total(backup, remote) > before + 1500
             await wait_for(copying, 60, f"{remote} did not grow", interval=0.05)
+            # Copying, this replicator has initialised its transactional producer, which
+            # settled the round the last kill left open: committed, or aborted for good.
+            aborted = round_ >= 1 and await aborted_records(backup, remote) > 0
+            # Kill it while a round stays open: frozen, it cannot send that round's commit,
+            # so records a read_committed reader still does not see a second later belong
+            # to a round whose commit the coordinator never got (one it got lands in
+            # milliseconds). Its abort is confirmed next round, from the log itself.
+            for _ in range(20):
+                await proc.signal(signal.SIGSTOP)
+                if not aborted and await open_round(backup, remote):
+                    break
+                await proc.signal(signal.SIGCONT)
+                await asyncio.sleep(0.02)
             await proc.signal(signal.SIGKILL)
             assert await proc.wait() == -signal.SIGKILL
             produced = await producing
-        if round_ >= 1 and await left_open(backup, remote):
+        if aborted:
             break
     async with replicator(config, tmp_path, name="last") as proc:
         async def complete() -> bool:
