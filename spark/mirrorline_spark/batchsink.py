@@ -294,34 +294,34 @@ class _Lane:
 
 class BatchWriter:
     """A read task's writing on the batch path (`mirrorline_spark.copytask`): the batches
-    and records of its partitions, sent on `loop` (shared with the task's fetches)."""
+    and records of its partitions, sent to `sink`'s cluster on `loop` (shared with the
+    task's fetches)."""
 
-    def __init__(self, feeds: Sequence[SinkFeed], loop: asyncio.AbstractEventLoop) -> None:
-        self._feeds = feeds
+    def __init__(self, sink: SinkFeed, loop: asyncio.AbstractEventLoop) -> None:
+        self._sink = sink
         self._loop = loop
-        self._targets: dict[int, _Target] = {}
-        self._lanes: dict[tuple[int, str, int], _Lane] = {}
+        self._target: _Target | None = None
+        self._lanes: dict[tuple[str, int], _Lane] = {}
 
-    def stopped(self, feed: int, topic: str, partition: int) -> bool:
+    def stopped(self, topic: str, partition: int) -> bool:
         """Whether the target refused a record of this source partition (it stops)."""
-        remote = self._feeds[feed].topics.get(topic)
-        lane = self._lanes.get((feed, remote or "", partition))
+        lane = self._lanes.get((self._sink.topics.get(topic, ""), partition))
         return lane is not None and lane.error is not None
 
-    async def send_batch(self, feed: int, topic: str, partition: int, batch: Batch, *,
-                         path: str, reason: str) -> None:
+    async def send_batch(self, topic: str, partition: int, batch: Batch, *, path: str,
+                         reason: str) -> None:
         """Forward one source batch as it is (rewritten for the target)."""
-        lane = await self._lane(feed, topic, partition)
+        lane = await self._lane(topic, partition)
         lane.path, lane.reason = path, reason
         await lane.send(_Out.of_batch(batch))
 
-    async def send_records(self, feed: int, topic: str, partition: int,
-                           records: Sequence[Rec], *, path: str, reason: str) -> None:
+    async def send_records(self, topic: str, partition: int, records: Sequence[Rec], *,
+                           path: str, reason: str) -> None:
         """Batch `records` here (the record path), in batches of at most 1 MiB or the
         target's `max.request.size`."""
         if not records:
             return
-        lane = await self._lane(feed, topic, partition)
+        lane = await self._lane(topic, partition)
         lane.path, lane.reason = path, reason
         limit = min(BATCH_BYTES, lane.target.max_bytes)
         start, size = 0, 0
@@ -342,35 +342,34 @@ class BatchWriter:
         return [lane.acks() for _, lane in sorted(self._lanes.items())]
 
     async def aclose(self) -> None:
-        """Close the clients (what was in flight is given up: see `batchread.run_down`)."""
-        targets, self._targets = list(self._targets.values()), {}
-        for target in targets:
+        """Close the client (what was in flight is given up: see `batchread.run_down`)."""
+        target, self._target = self._target, None
+        if target is not None:
             await target.client.close()
 
-    async def _target(self, feed: int) -> _Target:
-        target = self._targets.get(feed)
-        if target is None:
-            kwargs, _ = producer_kwargs(self._feeds[feed].client)
+    async def _connected(self) -> _Target:
+        if self._target is None:
+            java = self._sink.client
+            kwargs, _ = producer_kwargs(java)
             client = AIOKafkaClient(**client_kwargs(kwargs))
             await client.bootstrap()
             raw = RawBatches(client)
-            producer_id, epoch = await _producer_id(raw, self._feeds[feed].client, kwargs)
+            producer_id, epoch = await _producer_id(raw, java, kwargs)
             codec = _CODECS[str(kwargs.get("compression_type") or "none")]
-            target = self._targets[feed] = _Target(
-                client, raw, producer_id, epoch, codec,
-                int(kwargs.get("max_request_size", DEFAULT_MAX_REQUEST_SIZE)))
-        return target
+            self._target = _Target(client, raw, producer_id, epoch, codec,
+                                   int(kwargs.get("max_request_size",
+                                                  DEFAULT_MAX_REQUEST_SIZE)))
+        return self._target
 
-    async def _lane(self, feed: int, topic: str, partition: int) -> _Lane:
-        sink = self._feeds[feed]
-        remote = sink.topics.get(topic)
+    async def _lane(self, topic: str, partition: int) -> _Lane:
+        remote = self._sink.topics.get(topic)
         if remote is None:
             raise ValueError(f"no remote topic given for source topic {topic!r} "
-                             f"(flow {sink.flow or feed})")
-        lane = self._lanes.get((feed, remote, partition))
+                             f"(flow {self._sink.flow})")
+        lane = self._lanes.get((remote, partition))
         if lane is None:
-            lane = self._lanes[(feed, remote, partition)] = _Lane(
-                await self._target(feed), topic, remote, partition, sink.flow)
+            lane = self._lanes[(remote, partition)] = _Lane(
+                await self._connected(), topic, remote, partition, self._sink.flow)
         return lane
 
 

@@ -44,11 +44,11 @@ def copy_range(source: SourceFeed, feed: int, topic: str, partition: int, start:
     tune_kafka_io()  # as the services run: reused buffers, fewer copies
     loop = asyncio.new_event_loop()
     reader = RangeReader(source, topic, partition, start, end, loop=loop, stall_s=stall_s)
-    writer = BatchWriter([source.target], loop)
+    writer = BatchWriter(source.target, loop)
     try:
         for routed in reader.routes():
             loop.run_until_complete(_send(writer, topic, partition, routed.batches))
-            if writer.stopped(0, topic, partition):
+            if writer.stopped(topic, partition):
                 break  # the target refused a record: this partition stops there
         acks = writer.finish()
     finally:
@@ -66,14 +66,14 @@ async def _send(writer: BatchWriter, topic: str, partition: int,
     reason = ""
     for one in [*routed, None]:
         if records and (one is None or one.records is None):
-            await writer.send_records(0, topic, partition, records, path="records",
+            await writer.send_records(topic, partition, records, path="records",
                                       reason=reason)
             records = []
         if one is None:
             break
         reason = one.reason
         if one.records is None:
-            await writer.send_batch(0, topic, partition, one.batch, path="batches",
+            await writer.send_batch(topic, partition, one.batch, path="batches",
                                     reason=reason)
         else:
             records.extend((r.offset, r.timestamp, r.key, r.value, list(r.headers))
