@@ -204,7 +204,14 @@ async def chain(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Chain
 
 async def test_topology_shows_alpha_two_hops_up_from_charlie(chain: Chain) -> None:
     # Someone else's record in a heartbeat topic and in the remote canary: reported once
-    # (topic, partition, offset) and skipped.
+    # (topic, partition, offset) and skipped. A reader starts a couple of records before a
+    # heartbeat topic's end (it wants the newest), so the record is written once bravo's
+    # reader follows alpha's heartbeats; a backlog copied at once could start after it.
+    async def bravo_follows_alpha() -> bool:
+        view = await chain.topology("bravo")
+        return any(list(p.route) == ["alpha"] and not p.stale for p in view.paths)
+
+    await wait_for(bravo_follows_alpha, 60, "bravo never saw fresh heartbeats from alpha")
     [garbage] = await produce(chain.bootstrap("alpha"), "heartbeats",
                               [Record(b"\x01", key=b"not a heartbeat", partition=0)])
     await consume_all(chain.bootstrap("bravo"), "alpha.mirrorline-canary", expected=1)
@@ -232,13 +239,14 @@ async def test_topology_shows_alpha_two_hops_up_from_charlie(chain: Chain) -> No
     assert {(p.origin, p.hops, p.stale) for p in paths} == {("alpha", 2, False),
                                                              ("bravo", 1, False)}
 
+    wanted = [f"topic alpha.heartbeats partition 0 offset {garbage.offset}",
+              f"topic alpha.mirrorline-canary partition 0 offset {bad_canary.offset}"]
+
     async def reported() -> bool:
         log = chain.heartbeat.log_tail(10_000)
-        return (f"topic alpha.heartbeats partition 0 offset {garbage.offset}" in log
-                and f"topic alpha.mirrorline-canary partition 0 offset {bad_canary.offset}"
-                in log)
+        return all(w in log for w in wanted)
 
-    await wait_for(reported, 30, "malformed records were not reported")
+    await wait_for(reported, 30, f"malformed records were not reported: {wanted}")
     log = chain.heartbeat.log_tail(10_000)
     assert log.count(f"topic alpha.heartbeats partition 0 offset {garbage.offset}:") == 1
     assert log.count(f"alpha.mirrorline-canary partition 0 offset {bad_canary.offset}:") == 1

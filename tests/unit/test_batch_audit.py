@@ -105,20 +105,22 @@ def judged(source: Cycle, target: Cycle) -> dict[str, audit.WindowVerdict]:
             for s in starts}
 
 
-def mirror(source_batches: list[bytes], target_batches: list[bytes]
-           ) -> tuple[SideFolder, SideFolder, Cycle, Cycle]:
-    """Both sides read (source first, as the mirror runs behind it) and folded; held
-    source batches without a pair are decoded once their hold ends."""
+def mirror(source_batches: list[bytes], target_batches: list[bytes], *,
+           target_first: bool = False) -> tuple[SideFolder, SideFolder, Cycle, Cycle]:
+    """Both sides read (source first, as the mirror runs behind it, unless `target_first`)
+    and folded; held batches without a pair are decoded once their hold ends."""
     pairing, table = Pairing(), Table()
     src, tgt = folder("source", pairing, table), folder("target", pairing, table)
-    s_cycle, t_cycle = Cycle(), Cycle()
-    src.read(PART, b"".join(source_batches), 0, where="s-0", aborted=None, now_ms=0,
-             cycle=s_cycle)
-    read(tgt, target_batches, 1, t_cycle)
-    src.drain(PART, 0, 2, s_cycle, where="s-0")        # pairs folded at once
-    src.drain(PART, 0, 20_000, s_cycle, where="s-0")   # the rest after the hold
+    cycles = {"source": Cycle(), "target": Cycle()}
+    sides = [(src, source_batches), (tgt, target_batches)]
+    for side, log in sides[::-1] if target_first else sides:
+        side.read(PART, b"".join(log), 0, where="x-0", aborted=None, now_ms=0,
+                  cycle=cycles[side.side])
+    for now in (1, 20_000):  # pairs folded at once; the rest after the hold
+        for side, _ in sides:
+            side.drain(PART, 0, now, cycles[side.side], where="x-0")
     assert not src.queues[PART] and not tgt.queues[PART] and pairing.held_bytes == 0
-    return src, tgt, s_cycle, t_cycle
+    return src, tgt, cycles["source"], cycles["target"]
 
 
 @pytest.fixture
@@ -143,6 +145,17 @@ def test_copied_batches_are_verified_whole_without_decoding(no_decoding: None,
     assert s.deltas == t.deltas and s.tokens == t.tokens
 
 
+@pytest.mark.parametrize("target_first", [False, True])
+def test_a_copy_read_before_its_source_batch_still_pairs(no_decoding: None,
+                                                         target_first: bool) -> None:
+    """The two readers report on one wall-clock grid, so the target's answer may be read
+    before the source's: the copies still pair, whichever side comes first."""
+    source = source_log([20, 30])
+    src, tgt, s, t = mirror(source, copied(source), target_first=target_first)
+    assert src.whole_batches == tgt.whole_batches == 2
+    assert {v.verdict for v in judged(s, t).values()} == {Verdict.OK}
+
+
 def test_one_altered_byte_in_a_copied_value_is_caught() -> None:
     source = source_log([20, 30, 10])
     target = copied(source)
@@ -151,21 +164,23 @@ def test_one_altered_byte_in_a_copied_value_is_caught() -> None:
     tampered[at + 6] ^= 0x01  # "value 35"'s neighbour: one bit of one value
     struct.pack_into(">I", tampered, 17, crc32c(memoryview(tampered)[21:]))
     target[1] = bytes(tampered)
-    src, tgt, s, t = mirror(source, target)
-    assert [v.verdict for v in judged(s, t).values()] == [Verdict.CORRUPTED]
-    assert src.whole_batches == tgt.whole_batches == 2  # the other two still paired
+    for target_first in (False, True):
+        src, tgt, s, t = mirror(source, target, target_first=target_first)
+        assert [v.verdict for v in judged(s, t).values()] == [Verdict.CORRUPTED]
+        assert src.whole_batches == tgt.whole_batches == 2  # the other two still paired
 
 
 def test_a_batch_written_twice_or_missing_is_caught() -> None:
     source = source_log([20, 30, 10])
     target = copied(source)
     twice = copied(source[:2] + source[1:])
-    _, _, s, t = mirror(source, twice)
-    (verdict,) = judged(s, t).values()
-    assert (verdict.verdict, verdict.count) == (Verdict.DUPLICATED, 30)
-    _, _, s, t = mirror(source, [target[0], target[2]])
-    (verdict,) = judged(s, t).values()
-    assert (verdict.verdict, verdict.count) == (Verdict.MISSING, 30)
+    for target_first in (False, True):
+        _, _, s, t = mirror(source, twice, target_first=target_first)
+        (verdict,) = judged(s, t).values()
+        assert (verdict.verdict, verdict.count) == (Verdict.DUPLICATED, 30)
+        _, _, s, t = mirror(source, [target[0], target[2]], target_first=target_first)
+        (verdict,) = judged(s, t).values()
+        assert (verdict.verdict, verdict.count) == (Verdict.MISSING, 30)
 
 
 def test_records_reordered_inside_a_copied_batch_do_not_pair() -> None:
@@ -208,6 +223,28 @@ def test_a_pair_half_folded_before_a_restart_still_pairs(no_decoding: None) -> N
     s_cycle = Cycle()
     read(again, source, 5, s_cycle)
     assert again.whole_batches == 2 and s_cycle.deltas == t_cycle.deltas
+
+
+def test_a_held_batch_pairs_with_a_token_that_reached_the_table_during_its_hold(
+        no_decoding: None) -> None:
+    """The target re-read its copies (a restart of its reader) while the source's fold of
+    their pairs was on its way to the table: finding no partner, the copies are held, and
+    when their hold ends they pair with the source's tokens now in the table."""
+    source = source_log([20, 30])
+    pairing, table = Pairing(), Table()
+    src, tgt = folder("source", pairing, table), folder("target", pairing, table)
+    s_cycle = Cycle()
+    src.read(PART, b"".join(source), 0, where="s-0", aborted=None, now_ms=0, cycle=s_cycle)
+    read(tgt, copied(source), 1, Cycle())   # paired; the target's fold is then lost
+    tgt.forget()
+    src.drain(PART, 0, 2, s_cycle, where="s-0")
+    again = folder("target", Pairing(), table)
+    t_cycle = Cycle()
+    read(again, copied(source), 3, t_cycle)  # nothing to pair with: held
+    assert again.whole_batches == 0 and again.queues[PART]
+    table.add("source", s_cycle)             # the source's fold reaches the table
+    again.drain(PART, 0, 20_000, t_cycle, where="t-0")
+    assert again.whole_batches == 2 and t_cycle.deltas == s_cycle.deltas
 
 
 def test_small_batches_and_split_windows_are_not_whole() -> None:

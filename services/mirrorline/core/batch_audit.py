@@ -9,19 +9,22 @@ give its records their meaning (record count, lastOffsetDelta, codec and timesta
 base and max timestamp), the two batches hold the same records in the same order: per
 record digests of both would be equal. So such a pair is verified whole.
 
-How it fits the per-window audit (`core.record_audit`): the source reader *holds* each
-eligible batch (`batch_key`) in a `Pairing` instead of folding it at once; the target
-reader looks each of its eligible batches up there. A target batch equal to a held source
-batch (its key, then its bytes compared) is a *pair*: both sides fold the same token into
-the window of the batch's timestamps -- the batch's record count and a 64-bit value
-derived from its key (`fold_token`) -- and neither decodes. Everything else is decoded and
-folded record by record, as before: a target batch with no partner at once, a source batch
-once it was held `hold_ms` (the audit's grace: the window waits that long for the mirror
-anyway) or when held bytes exceed their bound. So each side's window sum is still
-compared with the other's; a pair adds equally to both, and anything not paired is
-summed record by record on both sides:
+How it fits the per-window audit (`core.record_audit`): each reader looks each eligible
+batch (`batch_key`) up among the batches the other side's reader holds in a `Pairing`,
+and *holds* it there itself when it finds no partner, instead of folding it at once.
+Usually the source's half comes first, as the mirror copies after it; but the readers
+report on one wall-clock grid, so a quiet partition's two halves are answered in the same
+moment, and either may be read first. A batch equal to one the other side holds (its
+key, then its bytes compared) is a *pair*: both sides fold the same token into the
+window of the batch's timestamps -- the batch's record count and a 64-bit value derived
+from its key (`fold_token`) -- and neither decodes. Everything else is decoded and folded
+record by record, as before: a held batch once it was held `hold_ms` (the audit's grace:
+the window waits that long for the mirror anyway) or when held bytes exceed their bound.
+So each side's window sum is still compared with the other's; a pair adds equally to
+both, and anything not paired is summed record by record on both sides:
   * a batch written twice to the target: the first copy pairs, the second finds no
-    held partner, is decoded, and its records count extra (DUPLICATED);
+    partner left, is decoded when its hold ends, and its records count extra
+    (DUPLICATED);
   * a batch missing from the target: its source batch is never paired, is decoded when
     its hold ends, and the target is short (MISSING);
   * a byte altered in a copied batch: no partner, so both batches are decoded, and the
@@ -35,9 +38,9 @@ records section only finds the candidate; the bytes themselves decide.
 A restart must not leave one side of a pair folded as a token and the other decoded.
 Each side's table entry therefore keeps the tokens it folded per open window (``b`` in
 `record_audit.Side`); a side that finds no held partner in memory pairs with a token the
-other side folded that it has not matched yet (`unmatched`). Readers fold strictly in
-offset order, so a held batch keeps the source side's table position before it: after a
-crash it is read again.
+other side folded that it has not matched yet (`unmatched`), when it reads the batch and
+again when the batch's hold ends. Readers fold strictly in offset order, so a held batch
+keeps its side's table position before it: after a crash it is read again.
 """
 
 from __future__ import annotations
@@ -164,26 +167,30 @@ class Held:
 
 
 class Pairing:
-    """The source batches one flow's source reader holds, for its target reader to pair.
+    """The batches one flow's two readers hold, each for the other side's reader to pair.
 
-    Kept in memory, shared by the two readers of a flow in one process (one event loop:
-    a lookup and its marking are never interleaved with the source reader's).
+    Either side may read a pair's half first: the readers report on one wall-clock grid,
+    so both fetches of a quiet partition are answered in the same moment, and a source
+    reader waiting on its previous report reads after the target's. Kept in memory,
+    shared by the two readers of a flow in one process (one event loop: a lookup and its
+    marking are never interleaved with the other reader's).
     """
 
     def __init__(self) -> None:
-        self._held: dict[tuple[str, str], list[Held]] = {}
+        self._held: dict[tuple[str, str, str], list[Held]] = {}
         self.held_bytes = 0
 
-    def hold(self, part: str, entry: Held) -> None:
+    def hold(self, side: str, part: str, entry: Held) -> None:
+        """Hold `side`'s batch `entry` until the other side pairs it or it is released."""
         assert entry.key is not None and entry.batch is not None
-        self._held.setdefault((part, entry.key), []).append(entry)
+        self._held.setdefault((side, part, entry.key), []).append(entry)
         self.held_bytes += len(entry.batch.data)
 
-    def release(self, part: str, entry: Held) -> None:
-        """Drop `entry` (folded, decoded or re-read): no target batch pairs with it."""
+    def release(self, side: str, part: str, entry: Held) -> None:
+        """Drop `side`'s `entry` (folded, decoded or re-read): nothing pairs with it now."""
         if entry.key is None or entry.batch is None:
             return
-        found = self._held.get((part, entry.key))
+        found = self._held.get((side, part, entry.key))
         if found is None:
             return
         for i, other in enumerate(found):
@@ -192,12 +199,13 @@ class Pairing:
                 self.held_bytes -= len(entry.batch.data)
                 break
         if not found:
-            del self._held[(part, entry.key)]
+            del self._held[(side, part, entry.key)]
 
-    def match(self, part: str, key: str, batch: Batch) -> bool:
-        """Pair target `batch` (key `key`) with a pending held source batch of equal
-        records, marking that one WHOLE; False when there is none."""
-        for entry in self._held.get((part, key), ()):
+    def match(self, side: str, part: str, key: str, batch: Batch) -> bool:
+        """Pair `side`'s `batch` (key `key`) with a pending batch the other side holds of
+        equal records, marking that one WHOLE; False when there is none."""
+        other = "target" if side == "source" else "source"
+        for entry in self._held.get((other, part, key), ()):
             if entry.state is State.PENDING and entry.batch is not None \
                     and same_records(entry.batch, batch):
                 entry.state = State.WHOLE

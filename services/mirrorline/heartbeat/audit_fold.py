@@ -4,10 +4,11 @@ A reader (`audit_reader`) hands each partition's part of a fetch to its `SideFol
 which cuts it into batches (`core.batches.split`), leaves out control batches and, under
 read_committed, aborted transactions' (as the consumer does), and queues the rest in
 offset order. A batch eligible for whole verification (`core.batch_audit.batch_key`) is
-held on the source side until the target reader pairs it or its hold ends, and paired at
-once or decoded on the target side; anything else is decoded (`kafka.rawrecords.decode`,
-which checks the CRC). `drain` folds the queue's resolved head into the cycle's deltas,
-tokens and gaps, so a side's table position never passes a batch it has not folded.
+paired at once with a batch the other side holds, or else held, on either side, until the
+other side's reader pairs it or its hold ends; anything else is decoded
+(`kafka.rawrecords.decode`, which checks the CRC). `drain` folds the queue's resolved
+head into the cycle's deltas, tokens and gaps, so a side's table position never passes a
+batch it has not folded.
 """
 
 from __future__ import annotations
@@ -104,12 +105,12 @@ class SideFolder:
             return
         key, window = found
         entry = Held(batch, position, key, window, now_ms, State.DECODE)
-        paired = self.side == "target" and self.pairing.match(part, key, batch)
-        if paired or self._unmatched(part, queue, window, key, cycle):
+        if self.pairing.match(self.side, part, key, batch) or \
+                self._unmatched(part, queue, window, key, cycle):
             entry.state = State.WHOLE
-        elif self.side == "source":
+        else:
             entry.state = State.PENDING
-            self.pairing.hold(part, entry)
+            self.pairing.hold(self.side, part, entry)
         queue.append(entry)
 
     def _unmatched(self, part: str, queue: deque[Held], window: int, key: str,
@@ -142,10 +143,13 @@ class SideFolder:
                 if now_ms - entry.read_ms < self.hold_ms and \
                         self.pairing.held_bytes <= HOLD_BYTES:
                     break
-                entry.state = State.DECODE
+                # The other half may have reached the table meanwhile, folded by the
+                # other side before a restart of either reader.
+                assert entry.key is not None
+                entry.state = State.WHOLE if self._unmatched(
+                    part, queue, entry.window, entry.key, cycle) else State.DECODE
             queue.popleft()
-            if entry.key is not None and self.side == "source":
-                self.pairing.release(part, entry)
+            self.pairing.release(self.side, part, entry)
             expected = self._fold(entry, expected, cycle, where)
         return expected
 
@@ -196,6 +200,5 @@ class SideFolder:
         """Drop everything read and not folded (the reader re-reads from the table)."""
         for part, queue in self.queues.items():
             for entry in queue:
-                if entry.key is not None and self.side == "source":
-                    self.pairing.release(part, entry)
+                self.pairing.release(self.side, part, entry)
         self.queues.clear()
