@@ -94,8 +94,9 @@ async def verify_rate(env: BenchEnv, *, paired: bool
                     await reading.step()
         s_cycles, t_cycles = reads[0].cycles, reads[1].cycles
         now = int(time.time() * 1000) + 120_000
-        for p, cycle in s_cycles.items():  # anything still held: its hold is over
-            src.drain(str(p), reads[0].expected[p], now, cycle, where=str(p))
+        for reading in reads:  # anything still held: its hold is over
+            for p, cycle in reading.cycles.items():
+                reading.folder.drain(str(p), reading.expected[p], now, cycle, where=str(p))
         cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
         for p in s_cycles:
             s, t = s_cycles[p].deltas, t_cycles[p].deltas
