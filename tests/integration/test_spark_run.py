@@ -349,13 +349,18 @@ async def test_a_record_the_target_refuses_stops_its_partition_only_named_exactl
     source, target, topic = run.pinned
     remote = f"{source}.{topic}"
     await run.wait_owned(topic, [0, 1], EXECUTOR, "the flow is not on the executor")
-    # Partition 1 gets 10 records, one larger than the target takes (offset 30: 20 came
-    # before in the previous test), then 10 more; partition 0 keeps getting records.
-    await produce(primary.bootstrap, topic, [Record(f"b{i}".encode(), partition=1)
-                                             for i in range(10)])
-    await produce(primary.bootstrap, topic, [Record(b"x" * (LIMIT * 2), partition=1)])
-    await produce(primary.bootstrap, topic, [Record(f"c{i}".encode(), partition=p)
-                                             for i in range(10) for p in (0, 1)])
+    # Partition 1 gets 10 records, one larger than the target takes, then 10 more;
+    # partition 0 keeps getting records. (Earlier tests of the module may have written
+    # to both partitions: offsets are taken from what the source answered.)
+    written = await produce(primary.bootstrap, topic, [Record(f"b{i}".encode(), partition=1)
+                                                       for i in range(10)])
+    [refused] = await produce(primary.bootstrap, topic,
+                              [Record(b"x" * (LIMIT * 2), partition=1)])
+    later = await produce(primary.bootstrap, topic, [Record(f"c{i}".encode(), partition=p)
+                                                     for i in range(10) for p in (0, 1)])
+    before = {0: min(r.offset for r in later if r.partition == 0),
+              1: written[0].offset}
+    at = refused.offset
 
     async def stopped() -> bool:
         p = (await run.partitions(topic)).get(1)
@@ -365,9 +370,9 @@ async def test_a_record_the_target_refuses_stops_its_partition_only_named_exactl
     assert p1.worker_id == EXECUTOR
     assert p1.error.startswith("target rejected the record: MSG_SIZE_TOO_LARGE"), p1.error
     assert p1.error.endswith(f"(flow {source}->{target}, topic {topic!r}, partition 1, "
-                             f"offset 30 -> {remote!r})"), p1.error
+                             f"offset {at} -> {remote!r})"), p1.error
     flow = next(f for f in (await run.status()).flows if f.flow == f"{source}->{target}")
-    assert flow.state == flows_pb2.FLOW_STATE_ERROR and "offset 30" in flow.error
+    assert flow.state == flows_pb2.FLOW_STATE_ERROR and f"offset {at}" in flow.error
 
     # The stopped partition is behind the source, in records (the refused one and the 10
     # after it) and in time: the age of the refused record, the oldest not copied.
@@ -380,13 +385,13 @@ async def test_a_record_the_target_refuses_stops_its_partition_only_named_exactl
     # Partition 0 goes on: everything arrives, now and later.
     await produce(primary.bootstrap, topic, [Record(f"d{i}".encode(), partition=0)
                                              for i in range(10)])
-    mirrored = await consume_all(backup.bootstrap, remote, expected=40 + 30,
-                                 timeout=120)
-    assert [r.value for r in mirrored[0]][20:] == [f"c{i}".encode() for i in range(10)] + \
-        [f"d{i}".encode() for i in range(10)]
+    mirrored = await consume_all(backup.bootstrap, remote,
+                                 expected=before[0] + 20 + before[1] + 10, timeout=120)
+    assert [r.value for r in mirrored[0]][before[0]:] == \
+        [f"c{i}".encode() for i in range(10)] + [f"d{i}".encode() for i in range(10)]
     # Partition 1 holds exactly the records before the refused one, nothing after it.
-    assert [r.value for r in mirrored[1]][20:] == [f"b{i}".encode() for i in range(10)]
-    assert (await run.partitions(topic))[1].next_offset == 30
+    assert [r.value for r in mirrored[1]][before[1]:] == [f"b{i}".encode() for i in range(10)]
+    assert (await run.partitions(topic))[1].next_offset == at
 
     # Caught up, partition 0 is 0 behind in records and in time.
     async def caught_up() -> bool:
