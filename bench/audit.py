@@ -22,7 +22,7 @@ import time
 from aiokafka import AIOKafkaClient, TopicPartition
 
 from bench.common import BenchEnv
-from mirrorline.core.batch_audit import Pairing
+from mirrorline.core.batch_audit import Pairing, other_side
 from mirrorline.core.record_audit import judge
 from mirrorline.heartbeat.audit_fold import Cycle, SideFolder
 from mirrorline.kafka.rawbatches import RawBatches
@@ -77,7 +77,7 @@ async def verify_rate(env: BenchEnv, *, paired: bool
         tokens: dict[str, dict[str, dict[str, int]]] = {"source": {}, "target": {}}
 
         def side(name: str) -> SideFolder:
-            other = "target" if name == "source" else "source"
+            other = other_side(name)
             return SideFolder(name, pairing if paired else Pairing(), window_ms=WINDOW_MS,
                               first=0, hold_ms=60_000 if paired else 0,
                               other_tokens=lambda part: tokens[other],

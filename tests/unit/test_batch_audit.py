@@ -20,7 +20,7 @@ from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from aiokafka.record.legacy_records import LegacyRecordBatchBuilder
 
 from mirrorline.core import record_audit as audit
-from mirrorline.core.batch_audit import MIN_WHOLE_RECORDS, Pairing, batch_key
+from mirrorline.core.batch_audit import MIN_WHOLE_RECORDS, Pairing, batch_key, other_side
 from mirrorline.core.batches import HEADER_SIZE, crc32c, rewrite, split
 from mirrorline.core.record_audit import Verdict
 from mirrorline.heartbeat import audit_fold
@@ -86,7 +86,7 @@ class Table:
 
 
 def folder(side: str, pairing: Pairing, table: Table, hold_ms: int = 10_000) -> SideFolder:
-    other = "target" if side == "source" else "source"
+    other = other_side(side)
     return SideFolder(side, pairing, window_ms=WINDOW, first=0, hold_ms=hold_ms,
                       other_tokens=lambda part: table.tokens[other],
                       own_tokens=lambda part: table.tokens[side])

@@ -62,6 +62,7 @@ __all__ = [
     "State",
     "batch_key",
     "fold_token",
+    "other_side",
     "same_records",
     "token_value",
     "unmatched",
@@ -103,6 +104,11 @@ def batch_key(batch: Batch, position: int, window_ms: int, since: int
                             header.base_timestamp, header.max_timestamp,
                             header.magic), digest_size=8).hexdigest()
     return key, window
+
+
+def other_side(side: str) -> str:
+    """The audit side ("source" or "target") that is not `side`."""
+    return "target" if side == "source" else "source"
 
 
 def token_value(key: str) -> int:
@@ -204,8 +210,7 @@ class Pairing:
     def match(self, side: str, part: str, key: str, batch: Batch) -> bool:
         """Pair `side`'s `batch` (key `key`) with a pending batch the other side holds of
         equal records, marking that one WHOLE; False when there is none."""
-        other = "target" if side == "source" else "source"
-        for entry in self._held.get((other, part, key), ()):
+        for entry in self._held.get((other_side(side), part, key), ()):
             if entry.state is State.PENDING and entry.batch is not None \
                     and same_records(entry.batch, batch):
                 entry.state = State.WHOLE

@@ -33,7 +33,7 @@ from typing import Any, Literal
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from mirrorline.core.batch_audit import Pairing
+from mirrorline.core.batch_audit import Pairing, other_side
 from mirrorline.core.filters import TopicFilter, should_replicate_topic
 from mirrorline.core.settings import FlowSettings
 from mirrorline.heartbeat.audit_app import AuditApp, cadence_s, until_due_s
@@ -154,7 +154,7 @@ class AuditReader(Retrying):
                 break
             await asyncio.sleep(0.2)
         window = self.flow.audit.window_ms
-        other = "target" if self.side == "source" else "source"
+        other = other_side(self.side)
         folder = SideFolder(
             self.side, self.topics.pairing, window_ms=window, first=first,
             hold_ms=self.flow.audit.grace_ms,
