@@ -1,33 +1,23 @@
-"""How a micro-batch's acknowledgements reach the executor that records them.
+"""What a micro-batch got acknowledged, per partition, on its way to the executor.
 
-Spark calls the sink's `commit` on the driver, in a Python worker process of its own,
-after every writer task of the micro-batch succeeded (each waited for acks=all). That
-process sends what landed where to the executor service over a Unix socket (the driver
-always runs beside the service, whatever the master), and the service feeds it to the
-same bookkeeping as the replicator. The commit fails -- and so the micro-batch and the
-query -- when the service refuses it, e.g. because a partition's record was rejected.
-
-Frames: 4-byte big-endian length, then UTF-8 JSON. Request `{"batch": N, "secret": S,
-"acks": [...]}`, reply `{"ok": true}` or `{"error": "..."}`. `S` is the random secret the
-executor gave the query it started (sink option `ackSecret`): the executor refuses a
-message without the running query's secret, or with acknowledgements of partitions that
-query does not copy, and records nothing of it.
+Every task that writes (on the batch path the read task itself, on the record path the
+task that writes the chunk rows it read) returns one `PartitionAcks` per source
+partition: where each acknowledged record landed, as runs. The executor's query
+collects them once every task of the micro-batch succeeded (each waited for acks=all)
+and hands them to the executor service, in its own process, which feeds them to the same
+bookkeeping as the replicator (`mirrorline_spark.executor.query`). They travel as JSON
+inside an acknowledgement row (`mirrorline_spark.records.acks_row`).
 """
 
 from __future__ import annotations
 
-import json
-import socket
-import struct
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
-
-_LENGTH = struct.Struct(">I")
 
 
 @dataclass
 class PartitionAcks:
-    """What one writer task got acknowledged for one source partition."""
+    """What one task got acknowledged for one source partition."""
 
     topic: str
     partition: int
@@ -42,7 +32,7 @@ class PartitionAcks:
     min_timestamp: int = -1
     max_timestamp: int = -1
     last_timestamp: int = -1
-    #: When the writer task first saw this partition's records (ms since the epoch): the
+    #: When the task first saw this partition's records (ms since the epoch): the
     #: reference of MM2's record age (the replicator measures it at fetch).
     fetched_ms: float = -1.0
     #: The flow the partition is copied for (a query may copy several).
@@ -61,40 +51,3 @@ class PartitionAcks:
         doc = dict(doc)
         doc["runs"] = [tuple(r) for r in doc.get("runs", [])]
         return cls(**doc)
-
-
-def encode(doc: dict[str, Any]) -> bytes:
-    body = json.dumps(doc, separators=(",", ":")).encode()
-    return _LENGTH.pack(len(body)) + body
-
-
-def decode_length(header: bytes) -> int:
-    (length,) = _LENGTH.unpack(header)
-    return int(length)
-
-
-def send_acks(path: str, batch_id: int, acks: list[PartitionAcks], *,
-              secret: str | None = None, timeout: float = 120.0) -> None:
-    """Hand one micro-batch's acknowledgements to the executor; raise if it refuses."""
-    doc: dict[str, Any] = {"batch": batch_id, "acks": [asdict(a) for a in acks]}
-    if secret is not None:
-        doc["secret"] = secret
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.settimeout(timeout)
-        sock.connect(path)
-        sock.sendall(encode(doc))
-        header = _recv_exactly(sock, _LENGTH.size)
-        reply = json.loads(_recv_exactly(sock, decode_length(header)))
-    if not reply.get("ok"):
-        raise RuntimeError(f"mirrorline executor refused micro-batch {batch_id}: "
-                           f"{reply.get('error', 'no reason given')}")
-
-
-def _recv_exactly(sock: socket.socket, n: int) -> bytes:
-    chunks = bytearray()
-    while len(chunks) < n:
-        chunk = sock.recv(n - len(chunks))
-        if not chunk:
-            raise ConnectionError("mirrorline executor closed the acknowledgement socket")
-        chunks.extend(chunk)
-    return bytes(chunks)

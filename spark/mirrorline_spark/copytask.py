@@ -1,19 +1,20 @@
 """A read task that copies: the batch path on Spark fetches, rewrites and produces in the
 task that reads the range, and only the acknowledgements travel as Spark rows.
 
-Why not a row per fetched chunk, written by the sink's task: every byte would cross from
+Why not a row per fetched chunk, written by another worker: every byte would cross from
 the read task's Python worker into the JVM and out to the writer's Python worker, two
 socket hops and an Arrow frame each way, which cost about as much CPU as the copy itself
 (docs/spark.md, "Measured"). Here a range goes source -> task -> target on one event
 loop, the next fetch travelling while the last answer's batches are produced, as on a
 replicator worker; the task then yields one acknowledgement row per partition
-(`records.acks_row`), which the sink hands to the micro-batch's commit unchanged.
+(`records.acks_row`), which the query collects into the executor's process once
+the micro-batch's tasks all succeeded (`mirrorline_spark.sink.micro_batch_commit`).
 
 What a micro-batch guarantees does not change: nothing is recorded before the commit,
 which follows every task's success; a failed task fails the micro-batch, nothing of it is
 recorded, and the query copies it again from recorded progress (the target's idempotent
-producer is the task's, so a copy made twice is two copies, as with a failed writer task
-before). A partition whose record the target refuses stops there, the records before it
+producer is the task's, so a copy made twice is two copies, as on the record path). A
+partition whose record the target refuses stops there, the records before it
 acknowledged, and reading it stops too.
 """
 

@@ -167,17 +167,10 @@ class SourceOptions:
 @dataclass(frozen=True)
 class SinkOptions:
     feeds: tuple[SinkFeed, ...]
-    #: Unix socket of the executor that records what was acknowledged (optional).
-    ack_socket: str | None
-    #: The secret of the query, presented with every acknowledgement message (the
-    #: executor refuses messages without it). Its name makes Spark redact it in plans.
-    ack_secret: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
-        feeds = tuple(_sink_feed(f, i) for i, f in enumerate(_feeds(options)))
-        return cls(feeds=feeds, ack_socket=options.get("ackSocket"),
-                   ack_secret=options.get("ackSecret"))
+        return cls(feeds=tuple(_sink_feed(f, i) for i, f in enumerate(_feeds(options))))
 
 
 def offset_key(feed: int, topic: str, partition: int) -> str:

@@ -90,6 +90,14 @@ def _one_binary(data: bytes) -> pa.Array:
     return pa.Array.from_buffers(pa.binary(), 1, [None, offsets, pa.py_buffer(data)])
 
 
+def chunk_of_row(row: Sequence[Any]) -> pa.RecordBatch:
+    """A chunk row as Spark hands it to Python code that takes rows rather than Arrow
+    (fields in CHUNK_SCHEMA_DDL's order) back as its Arrow batch."""
+    feed, topic, partition, first, records, data, path, reason = row
+    return _row(feed, topic, partition, first, records, bytes(data), path=path,
+                reason=reason or "")
+
+
 def _row(feed: int, topic: str, partition: int, first: int, records: int, data: bytes, *,
          path: str, reason: str) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays([

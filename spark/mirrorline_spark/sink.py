@@ -1,39 +1,42 @@
-"""A Kafka sink for Spark Structured Streaming (Arrow batches in, librdkafka out).
+"""Writing for the executor's query: each micro-batch's acknowledgements, and the record
+path's writes.
 
-Every record goes to the target cluster of its feed (`mirrorline_spark.options`), to the
-same partition number of its remote topic with its key, value (null stays null), headers
-(order and duplicates kept) and timestamp, with acks=all and idempotence, so a
-partition's records land in their source order. A writer task
-returns, per source partition, where each acknowledged record landed; the commit on the
-driver hands that to the executor (`mirrorline_spark.acks`), which records progress,
-offset syncs and the offset map. Nothing is recorded for a micro-batch that failed, so
-a restart copies it again from the last recorded progress: duplicates, never loss.
+The query hands every micro-batch to `micro_batch_commit` (Spark's `foreachBatch`, run
+in the driver's Python process, which is the executor service's). On the batch path, the
+default, the read tasks already copied their ranges (`mirrorline_spark.copytask`, the
+source's record batches forwarded as they are) and their rows are acknowledgements,
+collected as they are. On the record path (`mirrorline.batch.path = off`) the tasks
+that read the chunk rows write them (`write_rows`): every record goes to the target
+cluster of its feed (`mirrorline_spark.options`), to the same partition number of its
+remote topic with its key, value (null stays null), headers (order and duplicates kept)
+and timestamp, with acks=all and idempotence, so a partition's records land in their
+source order, and each task answers, per source partition, where each acknowledged
+record landed. Either way the executor then records progress, offset syncs and the
+offset map (`mirrorline_spark.acks`). Nothing is recorded for a micro-batch that
+failed, so a restart copies it again from the last recorded progress: duplicates,
+never loss.
 
 A record the target refuses (too large, corrupt) stops its partition only: the records
 before it are acknowledged and recorded, the error names topic, partition and offset.
-
-That is the record path (`mirrorline.batch.path = off`). On the batch path, the
-default, the read task already copied its range (`mirrorline_spark.copytask`, the
-source's record batches forwarded as they are) and its rows are acknowledgements, which
-a writer task passes on to the commit unchanged.
 """
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import asdict
+from functools import partial
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
 from mirrorline.core.acked_runs import offset_runs
 from mirrorline.core.rejects import rejected_record
-from mirrorline_spark.acks import PartitionAcks, send_acks
+from mirrorline_spark.acks import PartitionAcks
 from mirrorline_spark.options import SinkOptions
-from mirrorline_spark.records import CHUNK_ARROW_SCHEMA, Chunk, from_chunks
+from mirrorline_spark.records import CHUNK_ARROW_SCHEMA, Chunk, chunk_of_row, from_chunks
 
 #: librdkafka settings of the data producer (the operator's connection settings win for
 #: everything else; these make the guarantees and are not overridable).
@@ -46,11 +49,6 @@ FLUSH_STALL_S = 120.0
 #: Errors that mean "the target will never accept this record as it is".
 REJECTED = {"MSG_SIZE_TOO_LARGE", "INVALID_RECORD", "CORRUPT_MESSAGE", "INVALID_MSG",
             "RECORD_LIST_TOO_LARGE", "INVALID_MSG_SIZE"}
-
-
-@dataclass
-class AckMessage(WriterCommitMessage):
-    acks: list[PartitionAcks] = field(default_factory=list)
 
 
 class _Tracker:
@@ -127,37 +125,61 @@ class _Tracker:
         return acks
 
 
-class KafkaStreamWriter(DataSourceStreamArrowWriter):
-    def __init__(self, options: Mapping[str, str]) -> None:
-        self.options = SinkOptions.parse(options)
+#: Takes a micro-batch's id and acknowledgements; raises to fail the micro-batch.
+HandOver = Callable[[int, list[PartitionAcks]], None]
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> AckMessage:
-        return AckMessage(write_batches(self.options, iterator))
 
-    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        acks = [a for m in messages if isinstance(m, AckMessage) for a in m.acks]
-        if self.options.ack_socket:
-            send_acks(self.options.ack_socket, batchId, acks, secret=self.options.ack_secret)
+def micro_batch_commit(options: Mapping[str, str], hand_over: HandOver
+                       ) -> Callable[[Any, int], None]:
+    """The query's `foreachBatch` function: the micro-batch's acknowledgements, once every
+    task succeeded, to `hand_over`.
 
-    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Nothing recorded: the micro-batch is copied again from recorded progress."""
+    Why not a sink of Spark's Python data source API: its writer is a second Python
+    worker beside each read task, only to pass the acknowledgement rows on, and its
+    commit runs in a Python process Spark starts for every micro-batch, away from the
+    bookkeeping (docs/spark.md, "Measured"). Here the rows are collected in the
+    service's own process; only a feed on the record path makes the tasks write
+    (`write_rows`, in the tasks that read). An error raised here fails the
+    micro-batch and the query, and nothing of it is recorded."""
+    writes = any(f.batch_path == "off" for f in SinkOptions.parse(options).feeds)
+    plain = dict(options)
+
+    def commit(frame: Any, batch_id: int) -> None:
+        if writes:  # Spark rows, not Arrow: Arrow-based Python functions need pandas
+            hand_over(batch_id, [
+                PartitionAcks.from_json(json.loads(answer)) for answer in
+                frame.rdd.mapPartitions(partial(write_rows, plain)).collect()])
+        else:
+            hand_over(batch_id, [one for batch in frame.toArrow().to_batches()
+                                 for _, one, _, _ in from_chunks(batch)
+                                 if isinstance(one, PartitionAcks)])
+
+    return commit
+
+
+def write_rows(options: Mapping[str, str], rows: Iterator[Sequence[Any]]) -> Iterator[str]:
+    """A task's chunk rows written (`write_batches`), answered with what was acknowledged
+    where, per partition (`PartitionAcks` as JSON)."""
+    chunks = (chunk_of_row(row) for row in rows)
+    for _, acks in write_batches(SinkOptions.parse(options), chunks):
+        yield json.dumps(asdict(acks), separators=(",", ":"))
 
 
 def write_batches(options: SinkOptions, batches: Iterator[pa.RecordBatch]
-                  ) -> list[PartitionAcks]:
-    """Write every chunk (or record batch) of a writer task; what was acknowledged where,
-    per partition. Records go through librdkafka, record by record; acknowledgement rows
-    (the read task copied on the batch path) are passed on."""
+                  ) -> list[tuple[int, PartitionAcks]]:
+    """Write every chunk (or record batch) of a writer task; (feed, what was acknowledged
+    where), per partition. Records go through librdkafka, record by record;
+    acknowledgement rows (the read task copied on the batch path) are passed on."""
     from confluent_kafka import Producer
 
     trackers: dict[tuple[int, str, int], _Tracker] = {}
     #: One producer per feed (target cluster) this task writes to; usually just one.
     producers: dict[int, Any] = {}
-    copied: list[PartitionAcks] = []
+    copied: list[tuple[int, PartitionAcks]] = []
     try:
         for feed, batch, path, reason in _records(batches):
             if isinstance(batch, PartitionAcks):  # the read task copied (the batch path)
-                copied.append(batch)
+                copied.append((feed, batch))
                 continue
             producer = producers.get(feed)
             if producer is None:
@@ -169,7 +191,7 @@ def write_batches(options: SinkOptions, batches: Iterator[pa.RecordBatch]
             producer.poll(0)
         for feed, producer in producers.items():
             _flush(producer, [t for k, t in trackers.items() if k[0] == feed])
-        return [t.acks() for _, t in sorted(trackers.items())] + copied
+        return [(k[0], t.acks()) for k, t in sorted(trackers.items())] + copied
     finally:
         for producer in producers.values():
             producer.flush(0)

@@ -25,7 +25,6 @@ import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceStreamReader,
-    DataSourceStreamWriter,
     InputPartition,
 )
 from pyspark.sql.streaming.datasource import ReadLimit
@@ -67,7 +66,7 @@ class KafkaRange(InputPartition):
 
 
 class KafkaDataSource(DataSource):
-    """`format("mirrorline-kafka")`: the source (readStream) and the sink (writeStream)."""
+    """`format("mirrorline-kafka")`: the source (readStream)."""
 
     @classmethod
     def name(cls) -> str:
@@ -78,11 +77,6 @@ class KafkaDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return KafkaStreamReader(SourceOptions.parse(self.options))
-
-    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        from mirrorline_spark.sink import KafkaStreamWriter
-
-        return KafkaStreamWriter(self.options)
 
 
 class KafkaStreamReader(DataSourceStreamReader):

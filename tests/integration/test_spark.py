@@ -64,9 +64,13 @@ def records(count: int, partitions: int, tag: str) -> list[Record]:
 
 async def test_a_whole_flow_on_spark_mirrors_record_for_record_with_exact_offset_syncs(
         primary: LocalBroker, backup: LocalBroker, unique: str, tmp_path: Path) -> None:
+    """One query copies a flow on the batch path and, beside it, the reverse flow on the
+    record path (`mirrorline.batch.path = off`: its tasks write the records they read);
+    both land record for record, and status names each partition's path."""
     a, b = aliases()
-    topic = f"{unique}-whole"
+    topic, back = f"{unique}-whole", f"{unique}-back"
     await create_topic(primary.bootstrap, topic, 2)
+    await create_topic(backup.bootstrap, back, 2)
     sent = records(600, 2, "r")
     await produce(primary.bootstrap, topic, sent[:300])
     async with deployment(deployment_config({a: primary, b: backup}), tmp_path) as d:
@@ -76,10 +80,18 @@ async def test_a_whole_flow_on_spark_mirrors_record_for_record_with_exact_offset
         admin = d.admin(await d.leader())
         await admin.CreateFlow(admin_pb2.CreateFlowRequest(spec=flow_spec(
             a, b, topic, **{"mirrorline.executor": "spark", "offset.lag.max": "0"})))
+        await admin.CreateFlow(admin_pb2.CreateFlowRequest(spec=flow_spec(
+            b, a, back, **{"mirrorline.executor": "spark", "mirrorline.batch.path": "off"})))
         await wait_owned(d, topic, [0, 1], "spark:x1", "the flow did not move onto Spark")
+        await wait_owned(d, back, [0, 1], "spark:x1", "the reverse flow is not on Spark")
         await produce(primary.bootstrap, topic, sent[300:], compression="zstd")
+        await produce(backup.bootstrap, back, records(200, 2, "b"))
         source = await consume_all(primary.bootstrap, topic, expected=600)
         target = await consume_all(backup.bootstrap, f"{a}.{topic}", expected=600, timeout=120)
+        for p in (0, 1):
+            assert [shape(r) for r in target[p]] == [shape(r) for r in source[p]], p
+        source = await consume_all(backup.bootstrap, back, expected=200)
+        target = await consume_all(primary.bootstrap, f"{b}.{back}", expected=200, timeout=120)
         for p in (0, 1):
             assert [shape(r) for r in target[p]] == [shape(r) for r in source[p]], p
 
@@ -113,9 +125,14 @@ async def test_a_whole_flow_on_spark_mirrors_record_for_record_with_exact_offset
 
         async def shown() -> bool:  # status reflects heartbeats and the query's progress
             rows = [x for x in (await d.status()).partitions if x.source_topic == topic]
-            return ({x.worker_id for x in rows} == {"spark:x1"} and len(rows) == 2
+            backs = [x for x in (await d.status()).partitions if x.source_topic == back]
+            return ({x.worker_id for x in rows + backs} == {"spark:x1"} and len(rows) == 2
                     and all(x.micro_batch_ms > 0 and x.next_offset == 300
-                            and x.copy_path == "batches" for x in rows))
+                            and x.copy_path == "batches" for x in rows)
+                    and len(backs) == 2 and all(
+                        x.next_offset == 100 and x.copy_path == "records"
+                        and x.copy_path_reason == "mirrorline.batch.path = off"
+                        for x in backs))
         await wait_for(shown, 30, "status does not show the partitions on Spark", interval=0.5)
         workers = await admin.ListWorkers(admin_pb2.ListWorkersRequest())
         spark = [w for w in workers.workers if w.worker_id == "spark:x1"]

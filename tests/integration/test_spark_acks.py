@@ -1,26 +1,23 @@
-"""The executor's acknowledgement channel (issue 19): only the running query's messages,
-only for the partitions it copies, are recorded.
+"""The executor's acknowledgement hand-over (issue 19): only the running query's
+micro-batches, only for the partitions it copies, are recorded.
 
 The executor's `ExecutorQuery` runs in this process with a real flow (clients,
-bookkeeping) on two real brokers, and messages arrive on its real Unix socket framed as the
-sink's commit frames them (`mirrorline_spark.acks`). Spark itself is stood in for: the
-test sets the query's secret and partitions as starting a query sets them
-(`ExecutorQuery._start_query`); with Spark, `test_spark_run.py` checks a forged message
-without the secret end to end.
+bookkeeping) on two real brokers, and micro-batches arrive from another thread, as
+PySpark's callback thread hands them over (`ExecutorQuery._from_spark`). Spark itself is
+stood in for: the test sets the query's number and partitions as starting a query sets
+them (`ExecutorQuery._start_query`); `test_spark.py` runs the hand-over with Spark.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import json
 import logging
 import secrets
 from pathlib import Path
 
 import pytest
 from helpers import consume_all, create_topic
-from mirrorline_spark.acks import PartitionAcks, decode_length, encode
+from mirrorline_spark.acks import PartitionAcks
 from mirrorline_spark.executor.driver import SparkDriver
 from mirrorline_spark.executor.flowrun import FlowRun
 from mirrorline_spark.executor.holds import Holds
@@ -39,10 +36,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 async def test_acknowledgements_of_partitions_the_query_does_not_copy_are_refused(
         primary: LocalBroker, backup: LocalBroker, tmp_path: Path,
         caplog: pytest.LogCaptureFixture) -> None:
-    """A message with the query's secret but of a partition the query does not copy, or
-    to another remote topic, or any message once no query runs, is refused with one
-    WARNING and records nothing: no progress, no offset sync. The query's own message for
-    its partition is recorded."""
+    """A micro-batch of the running query but of a partition it does not copy, or to
+    another remote topic, is refused with one WARNING, as is one of an earlier query or
+    any once no query runs, and records nothing: no progress, no offset sync. The query's
+    own micro-batch for its partition is recorded."""
     tag = secrets.token_hex(3)
     a, b, topic = f"a{tag}", f"b{tag}", f"acks{tag}"
     await create_topic(primary.bootstrap, topic, 2)
@@ -59,23 +56,15 @@ async def test_acknowledgements_of_partitions_the_query_does_not_copy_are_refuse
     await query.start()
     try:
         remote = f"{a}.{topic}"
-        # What starting a query does: its partitions, its feeds, its secret.
+        # What starting a query does: its partitions, its feeds, its number.
         run.running = {(topic, 0): remote}
         query._feeds = [run.name]
-        secret = query._acks.secret = secrets.token_urlsafe(32)
-        path = query._acks.path
+        live = query._live = 7
+        loop = asyncio.get_running_loop()
 
-        async def send(acks: list[PartitionAcks], key: str) -> None:
-            """The sink's message, framed here so that it reads the same to any executor."""
-            reader, writer = await asyncio.open_unix_connection(path)
-            writer.write(encode({"batch": 1, "secret": key,
-                                 "acks": [dataclasses.asdict(x) for x in acks]}))
-            await writer.drain()
-            reply = json.loads(await reader.readexactly(
-                decode_length(await reader.readexactly(4))))
-            writer.close()
-            if not reply.get("ok"):
-                raise RuntimeError(reply.get("error", ""))
+        async def send(acks: list[PartitionAcks], number: int) -> None:
+            """A micro-batch of query `number`, handed over from a thread as Spark's is."""
+            await asyncio.to_thread(query._from_spark, loop, number, 1, acks)
 
         caplog.set_level(logging.WARNING)
         forged = [
@@ -87,19 +76,21 @@ async def test_acknowledgements_of_partitions_the_query_does_not_copy_are_refuse
         ]
         for acks in forged:
             with pytest.raises(RuntimeError, match="refused"):
-                await send(acks, secret)
+                await send(acks, live)
         warnings = [r for r in caplog.records if r.levelno == logging.WARNING
                     and "refused" in r.getMessage()]
         assert len(warnings) == len(forged), [r.getMessage() for r in warnings]
-        assert not [r for r in warnings if secret in r.getMessage()]
         assert run.next_offsets == {} and run.replicated == {}
         # The query's own message is recorded.
-        await send([PartitionAcks(topic, 0, remote, [(0, 3, 0)], flow=run.name)], secret)
+        await send([PartitionAcks(topic, 0, remote, [(0, 3, 0)], flow=run.name)], live)
         assert run.next_offsets == {(topic, 0): 3}
-        # No query runs any more: even its secret counts for nothing.
-        query._acks.secret = None
+        # A late micro-batch of an earlier query is refused, whatever it names.
         with pytest.raises(RuntimeError, match="refused"):
-            await send([PartitionAcks(topic, 0, remote, [(3, 2, 3)], flow=run.name)], secret)
+            await send([PartitionAcks(topic, 0, remote, [(3, 2, 3)], flow=run.name)], live - 1)
+        # No query runs any more: even its own micro-batch counts for nothing.
+        query._live = None
+        with pytest.raises(RuntimeError, match="refused"):
+            await send([PartitionAcks(topic, 0, remote, [(3, 2, 3)], flow=run.name)], live)
         await run.books.flush()
         saved = await run.books.progress.load()
         assert {k: v for k, v in saved.items() if k[0] == topic} == {(topic, 0): 3}

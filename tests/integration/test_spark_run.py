@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import glob
 import ipaddress
-import json
 import os
 import re
 import secrets
@@ -27,7 +25,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,11 +32,9 @@ from pathlib import Path
 import grpc
 import pytest
 from helpers import Record, consume_all, create_topic, produce, wait_for
-from mirrorline_spark.acks import PartitionAcks, decode_length, encode
 from procs import QUIET_SHARED_CLUSTERS, mm2_config
 
 from mirrorline import grpcsecure
-from mirrorline.core.wire import OffsetSync
 from mirrorline.dev.brokers import LocalBroker
 from mirrorline.grpcsecure import ClientCredentials
 from mirrorline.ports import GRPC_PORTS, METRICS_PORTS
@@ -284,64 +279,6 @@ async def test_spark_listens_on_the_bind_address_only_with_no_ui_and_authenticat
         assert setting in args, (setting, args)
     assert not [a for a in args if b"secret" in a.lower()], args
     assert "authentication on, encryption on" in run.log.read_text(errors="replace")
-
-
-async def test_a_forged_acknowledgement_is_refused_and_moves_nothing(
-        run: Run, primary: LocalBroker) -> None:
-    """Issue 19: a process of the same user connects to the executor's acknowledgement
-    socket and claims that records of an owned partition landed far away on the target,
-    without the running query's secret, then with a wrong one. Both are refused, and the
-    partition's progress, record count and offset syncs stay what the real copies made
-    them. Each refusal is one WARNING line."""
-    source, target, topic = run.pinned
-    await run.wait_owned(topic, [0, 1], EXECUTOR, "the flow is not on the executor")
-    flow = f"{source}->{target}"
-    before = (await run.partitions(topic))[0]
-    assert (before.next_offset, before.records_replicated) == (20, 20)
-    sockets = glob.glob(str(run.tmp / "mirrorline-spark-*" / "acks.sock"))
-    assert len(sockets) == 1, os.listdir(run.tmp)
-    forged = [PartitionAcks(topic, 0, f"{source}.{topic}", [(20, 5, 9000)], flow=flow)]
-    seen = len(run.log.read_bytes())
-    for secret in (None, "not-the-secret"):
-        doc = {"batch": 99, "acks": [dataclasses.asdict(a) for a in forged]}
-        if secret is not None:
-            doc["secret"] = secret
-        reader, writer = await asyncio.open_unix_connection(sockets[0])
-        writer.write(encode(doc))
-        await writer.drain()
-        reply = json.loads(await reader.readexactly(decode_length(await reader.readexactly(4))))
-        writer.close()
-        assert reply == {"error": "refused: not from the executor's running query"}, reply
-    warnings = [line for line in run.log.read_text(errors="replace")[seen:].splitlines()
-                if "refused an acknowledgement message" in line]
-    assert len(warnings) == 2 and all("WARNING" in w for w in warnings), warnings
-    assert not [w for w in warnings if "not-the-secret" in w]
-    # The executor's state as of a heartbeat it made after the refusals (the second one
-    # the controller received after them): progress, count and syncs as they were.
-    await _heartbeats_after(run, time.time() * 1000, 2)
-    after = (await run.partitions(topic))[0]
-    assert (after.worker_id, after.next_offset, after.records_replicated) == \
-        (EXECUTOR, 20, 20)
-    syncs = await consume_all(primary.bootstrap, f"mm2-offset-syncs.{target}.internal")
-    mine = [OffsetSync.decode(r.key, r.value) for rs in syncs.values() for r in rs]
-    assert not [s for s in mine if s.topic == topic and s.downstream_offset >= 9000], mine
-
-
-async def _heartbeats_after(run: Run, since_ms: float, count: int) -> None:
-    """Wait until the controller has received `count` heartbeats of the executor, each
-    after the previous one and the first after `since_ms` (so the last one was made after
-    `since_ms`)."""
-    mark = [since_ms, 0]
-
-    async def newer() -> bool:
-        workers = (await run.admin.ListWorkers(admin_pb2.ListWorkersRequest(),
-                                               timeout=5)).workers
-        beat = max((w.last_heartbeat_ms for w in workers if w.worker_id == EXECUTOR),
-                   default=0)
-        if beat > mark[0]:
-            mark[0], mark[1] = beat, mark[1] + 1
-        return mark[1] >= count
-    await wait_for(newer, 30, "the executor does not heartbeat", interval=0.2)
 
 
 async def test_a_record_the_target_refuses_stops_its_partition_only_named_exactly(

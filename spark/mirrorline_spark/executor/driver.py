@@ -20,7 +20,10 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from mirrorline_spark.sink import HandOver
 
 log = logging.getLogger(__name__)
 
@@ -90,16 +93,11 @@ class SparkDriver:
         # copying for the cores during start-up and the first micro-batches (measured: a
         # faster start and no loss of throughput, see docs/spark.md). The
         # executors of a cluster keep the JVM's defaults.
-        # The sink's Python worker gets its input in Arrow batches of this many rows, and
-        # Spark fills a batch before sending it: with the default (10 000) a writer task
-        # waited for its whole read range. A row is a chunk of up to 20 000 records, so
-        # one row per batch lets the writer produce while the reader still fetches.
         # With a class-data archive made for this Java and PySpark (classdata.py), the
         # driver maps its classes from it: about half the CPU of a start.
         # Task workers are forked with their modules already imported (workerdaemon.py).
         defaults = {"spark.driver.extraJavaOptions": driver_java_options(DRIVER_JAVA_OPTIONS),
                     "spark.python.daemon.module": "mirrorline_spark.workerdaemon",
-                    "spark.sql.execution.arrow.maxRecordsPerBatch": "1",
                     "spark.sql.shuffle.partitions": "4",
                     "spark.sql.streaming.stopTimeout": "10000",
                     "spark.ui.showConsoleProgress": "false"}
@@ -122,19 +120,22 @@ class SparkDriver:
 
     # -- queries ------------------------------------------------------------------------
     async def start_query(self, name: str, source: Mapping[str, str],
-                          sink: Mapping[str, str]) -> RunningQuery:
+                          sink: Mapping[str, str], commit: HandOver) -> RunningQuery:
+        """Start query `name` reading with the `source` options; `commit` gets each
+        micro-batch's acknowledgements, on PySpark's callback thread
+        (`mirrorline_spark.sink.micro_batch_commit`)."""
         checkpoint = tempfile.mkdtemp(prefix=f"mirrorline-spark-{name}-")
         _CHECKPOINTS.add(checkpoint)
 
         def run() -> Any:
             from mirrorline_spark import FORMAT
+            from mirrorline_spark.sink import micro_batch_commit
 
             reader = self._spark.readStream.format(FORMAT)
             for key, value in source.items():
                 reader = reader.option(key, value)
-            writer = reader.load().writeStream.format(FORMAT).queryName(name)
-            for key, value in sink.items():
-                writer = writer.option(key, value)
+            writer = reader.load().writeStream.foreachBatch(micro_batch_commit(sink, commit)) \
+                .queryName(name)
             # The checkpoint is a cache Spark needs; the truth is the durable progress
             # the start offsets came from, so every query starts from a fresh directory.
             return writer.option("checkpointLocation", checkpoint) \

@@ -95,8 +95,8 @@ def parse_spark_conf(entries: Sequence[str]) -> dict[str, str]:
             raise ConfigError("--spark-conf", f"{key!r} is not a Spark setting (they start "
                                               "with 'spark.')")
         if key == "spark.submit.deployMode" and value.strip() != "client":
-            # The driver is this process: micro-batch commits reach its bookkeeping over a
-            # Unix socket, so it cannot run elsewhere in the cluster.
+            # The driver is this process: micro-batch commits reach its bookkeeping in
+            # memory, so it cannot run elsewhere in the cluster.
             raise ConfigError("--spark-conf", f"spark.submit.deployMode={value.strip()} is "
                                               "not supported: the executor is the Spark "
                                               "driver itself (client mode)")

@@ -24,12 +24,11 @@ import json
 import logging
 import os
 import re
-import secrets
 import time
 from collections.abc import Mapping
+from functools import partial
 
 from mirrorline_spark.acks import PartitionAcks
-from mirrorline_spark.executor.acksrv import AckServer
 from mirrorline_spark.executor.driver import RunningQuery, SparkDriver
 from mirrorline_spark.executor.flowrun import Feed, FlowRun, Key
 from mirrorline_spark.executor.holds import Holds
@@ -38,6 +37,10 @@ log = logging.getLogger(__name__)
 
 #: How long a hand-over waits for the micro-batch in flight before stopping the query.
 DRAIN_S = 20.0
+#: How long a micro-batch's commit waits for the event loop to record it.
+RECORD_S = 120.0
+#: Why acknowledgements not from the running query are refused.
+REFUSED = "refused: not from the executor's running query"
 
 
 class ExecutorQuery:
@@ -50,8 +53,11 @@ class ExecutorQuery:
         self._runs = runs
         self.name = "mirrorline_" + re.sub(r"[^A-Za-z0-9_]", "_", worker_id)
         self._drain_file = os.path.join(workdir, "query.drain")
-        self._acks = AckServer(os.path.join(workdir, "acks.sock"), self._on_batch)
         self._query: RunningQuery | None = None
+        #: The number of the running query (each start counts one), None while none runs:
+        #: only its micro-batches are recorded.
+        self._live: int | None = None
+        self._started = 0
         #: The flow of each feed of the running query, by feed index.
         self._feeds: list[str] = []
         #: Why the query failed (the executor gives every partition back), if it did.
@@ -60,7 +66,6 @@ class ExecutorQuery:
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        await self._acks.start()
         self._task = asyncio.create_task(self._watch(), name="watch the Spark query")
 
     async def stop(self, *, drain: bool = True) -> None:
@@ -69,7 +74,6 @@ class ExecutorQuery:
             await asyncio.gather(self._task, return_exceptions=True)
         async with self._lock:
             await self._stop_query(drain=drain)
-        await self._acks.stop()
 
     # -- what runs ----------------------------------------------------------------------
     async def apply(self, wanted: Mapping[str, Mapping[Key, str]], *,
@@ -111,20 +115,18 @@ class ExecutorQuery:
     async def _start_query(self, feeds: list[Feed]) -> None:
         source = {"feeds": json.dumps([f.source_option() for f in feeds]),
                   "drainFile": self._drain_file, "layout": "chunks"}
-        # A new secret per query: only the query started here can hand over
-        # acknowledgements (a late message of an older query is refused too).
-        secret = secrets.token_urlsafe(32)
-        sink = {"feeds": json.dumps([f.sink_option() for f in feeds]),
-                "ackSocket": self._acks.path, "ackSecret": secret}
+        sink = {"feeds": json.dumps([f.sink_option() for f in feeds])}
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self._drain_file)
         # Set before the query starts: its first commit may come as soon as it runs.
-        self._acks.secret = secret
+        self._started += 1
+        self._live = self._started
         self._feeds = [f.flow for f in feeds]
+        commit = partial(self._from_spark, asyncio.get_running_loop(), self._live)
         try:
-            self._query = await self._driver.start_query(self.name, source, sink)
+            self._query = await self._driver.start_query(self.name, source, sink, commit)
         except BaseException:
-            self._acks.secret = None
+            self._live = None
             self._feeds = []
             raise
         log.info("Spark query copies %d partitions of %d flows: %s",
@@ -147,13 +149,35 @@ class ExecutorQuery:
                 await query.stop()
             log.info("Spark query stopped%s", "" if drain else " without draining (fenced)")
         # Stopped: its commits are over, and nothing else may hand over acknowledgements.
-        self._acks.secret = None
+        self._live = None
         self._feeds = []
         for run in list(self._runs.values()):
             if run.running:
                 await run.release()
 
     # -- acknowledgements ---------------------------------------------------------------
+    def _from_spark(self, loop: asyncio.AbstractEventLoop, query: int, batch_id: int,
+                    acks: list[PartitionAcks]) -> None:
+        """A micro-batch of query number `query`, every task of it done: on PySpark's
+        callback thread, hand it to the event loop, which records it (the bookkeeping
+        lives there); raise, failing the micro-batch, if it is refused."""
+        async def record() -> str | None:
+            return self.hand_over(query, batch_id, acks)
+
+        error = asyncio.run_coroutine_threadsafe(record(), loop).result(RECORD_S)
+        if error is not None:
+            raise RuntimeError(f"mirrorline executor refused micro-batch {batch_id}: {error}")
+
+    def hand_over(self, query: int, batch_id: int, acks: list[PartitionAcks]) -> str | None:
+        """Record micro-batch `batch_id` of query number `query` if that query is the one
+        running (a late commit of a stopped one is refused: its partitions may have moved
+        on); the error that fails the micro-batch otherwise."""
+        if query != self._live:
+            log.warning("refused micro-batch %d's acknowledgements: not from the running "
+                        "Spark query; nothing recorded", batch_id)
+            return REFUSED
+        return self._on_batch(batch_id, acks)
+
     def _on_batch(self, batch_id: int, acks: list[PartitionAcks]) -> str | None:
         """Record one micro-batch (everything in it was acknowledged by the target), each
         flow's part through that flow's bookkeeping -- all of it, or nothing when any

@@ -46,7 +46,7 @@ class SparkExecutorService(ServiceHost):
         self.driver = SparkDriver(master, spark_conf, app_name=f"mirrorline-{executor_id}")
         self.agent: SparkAgent | None = None
         self._replication: ReplicationMetrics | None = None
-        #: The acknowledgement socket and the drain file of the running query: removed
+        #: The drain file of the running query (its private work directory): removed
         #: by `stop` as soon as the queries have stopped, and at exit in any case (a stop
         #: that overran its budget -- Spark's own stop takes seconds -- left one behind
         #: in the temp folder at every start).
