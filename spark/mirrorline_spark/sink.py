@@ -161,25 +161,25 @@ def write_rows(options: Mapping[str, str], rows: Iterator[Sequence[Any]]) -> Ite
     """A task's chunk rows written (`write_batches`), answered with what was acknowledged
     where, per partition (`PartitionAcks` as JSON)."""
     chunks = (chunk_of_row(row) for row in rows)
-    for _, acks in write_batches(SinkOptions.parse(options), chunks):
+    for acks in write_batches(SinkOptions.parse(options), chunks):
         yield json.dumps(asdict(acks), separators=(",", ":"))
 
 
 def write_batches(options: SinkOptions, batches: Iterator[pa.RecordBatch]
-                  ) -> list[tuple[int, PartitionAcks]]:
-    """Write every chunk (or record batch) of a writer task; (feed, what was acknowledged
-    where), per partition. Records go through librdkafka, record by record;
-    acknowledgement rows (the read task copied on the batch path) are passed on."""
+                  ) -> list[PartitionAcks]:
+    """Write every chunk (or record batch) of a task; what was acknowledged where, per
+    partition. Records go through librdkafka, record by record; acknowledgement rows (the
+    read task copied on the batch path) are passed on."""
     from confluent_kafka import Producer
 
     trackers: dict[tuple[int, str, int], _Tracker] = {}
     #: One producer per feed (target cluster) this task writes to; usually just one.
     producers: dict[int, Any] = {}
-    copied: list[tuple[int, PartitionAcks]] = []
+    copied: list[PartitionAcks] = []
     try:
         for feed, batch, path, reason in _records(batches):
             if isinstance(batch, PartitionAcks):  # the read task copied (the batch path)
-                copied.append((feed, batch))
+                copied.append(batch)
                 continue
             producer = producers.get(feed)
             if producer is None:
@@ -191,7 +191,7 @@ def write_batches(options: SinkOptions, batches: Iterator[pa.RecordBatch]
             producer.poll(0)
         for feed, producer in producers.items():
             _flush(producer, [t for k, t in trackers.items() if k[0] == feed])
-        return [(k[0], t.acks()) for k, t in sorted(trackers.items())] + copied
+        return [t.acks() for _, t in sorted(trackers.items())] + copied
     finally:
         for producer in producers.values():
             producer.flush(0)

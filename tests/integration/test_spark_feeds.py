@@ -76,7 +76,7 @@ async def test_one_query_copies_two_flows_between_two_clusters_in_both_direction
     kinds = {p for chunks in tasks for c in chunks for p in c.column("path").to_pylist()}
     assert kinds == ({"records"} if batch_path == "off" else {"acks"})
     acks = [a for chunks in tasks
-            for _, a in await asyncio.to_thread(write_batches, sink, iter(chunks))]
+            for a in await asyncio.to_thread(write_batches, sink, iter(chunks))]
 
     assert sorted((a.flow, a.partition, a.records) for a in acks) == [
         ("b->p", 0, 6), ("p->b", 0, 4), ("p->b", 1, 5)]  # p->b partition 0 starts at 1
