@@ -84,7 +84,7 @@ def acks_row(feed: int, acks: PartitionAcks) -> pa.RecordBatch:
                 path=ACKS, reason="")
 
 
-def _one_binary(data: bytes) -> pa.Array:
+def _one_binary(data: bytes | bytearray) -> pa.Array:
     """A binary array of the one value `data`, over its bytes (not a copy of them)."""
     offsets = pa.py_buffer(struct.pack("<ii", 0, len(data)))
     return pa.Array.from_buffers(pa.binary(), 1, [None, offsets, pa.py_buffer(data)])
@@ -94,11 +94,12 @@ def chunk_of_row(row: Sequence[Any]) -> pa.RecordBatch:
     """A chunk row as Spark hands it to Python code that takes rows rather than Arrow
     (fields in CHUNK_SCHEMA_DDL's order) back as its Arrow batch."""
     feed, topic, partition, first, records, data, path, reason = row
-    return _row(feed, topic, partition, first, records, bytes(data), path=path,
+    return _row(feed, topic, partition, first, records, data, path=path,
                 reason=reason or "")
 
 
-def _row(feed: int, topic: str, partition: int, first: int, records: int, data: bytes, *,
+def _row(feed: int, topic: str, partition: int, first: int, records: int,
+         data: bytes | bytearray, *,
          path: str, reason: str) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays([
         pa.array([feed], pa.int32()), pa.array([topic], pa.string()),
