@@ -1,14 +1,16 @@
-"""Reading a micro-batch's range on the batch path: raw fetches, routed batch by batch.
+"""Reading a micro-batch's ranges on the batch path: raw fetches, routed batch by batch.
 
 Under `mirrorline.batch.path` auto or on (the default), a read task of the executor's
-`chunks` layout fetches its range with raw Fetch requests (`mirrorline.kafka.rawbatches`,
-the replicator's batch path) over an aiokafka client on an event loop of the task's own
-(a Spark Python worker is no event-loop service: it blocks on the loop, and whatever else
-runs on that loop -- the task's produce requests, `mirrorline_spark.copytask` -- goes on
-meanwhile). The next fetch is on the wire while the last answer is handled. Each fetched
-batch goes where `mirrorline.kafka.fetchroute.route_fetch` sends it, as on a replicator
-worker: copied as it is, left out (control batches, emptied ones, aborted transactions
-under read_committed), or decoded for the record path.
+`chunks` layout fetches its ranges with raw Fetch requests (`mirrorline.kafka.rawbatches`,
+the replicator's batch path) over one aiokafka client of the feed's source cluster
+(`FeedClient`), shared by the task's ranges, on an event loop of the task's own (a Spark
+Python worker is no event-loop service: it blocks on the loop, and whatever else runs on
+that loop -- the task's produce requests, `mirrorline_spark.copytask` -- goes on
+meanwhile). A range's next fetch is on the wire
+while its last answer is handled. Each fetched batch goes where
+`mirrorline.kafka.fetchroute.route_fetch` sends it, as on a replicator worker: copied as
+it is, left out (control batches, emptied ones, aborted transactions under
+read_committed), or decoded for the record path.
 
 Ranges stay those of the micro-batch: a batch that runs past the range's end yields only
 its records before the end (as records), and the next micro-batch resumes inside it.
@@ -19,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from typing import Any
 
 from aiokafka import AIOKafkaClient, TopicPartition
@@ -37,7 +39,7 @@ from mirrorline.kafka.rawbatches import (
 )
 from mirrorline_spark.options import SourceFeed
 
-__all__ = ["RangeReader", "client_kwargs", "run_down"]
+__all__ = ["FeedClient", "RangeReader", "client_kwargs", "run_down"]
 
 #: Bytes a fetch brings per partition at most, unless `max.partition.fetch.bytes` says
 #: otherwise.
@@ -55,14 +57,51 @@ def client_kwargs(kwargs: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in kwargs.items() if k in _CLIENT_KEYS}
 
 
-class RangeReader:
-    """Records [start, end) of one source partition, fetched on `loop`, one routed fetch
-    answer at a time (`routes`). The loop is the caller's: `run_down` ends it."""
+class FeedClient:
+    """A read task's one client of its feed's source cluster, shared by the task's ranges
+    (one bootstrap, one connection per broker, one metadata for all of them)."""
 
-    def __init__(self, source: SourceFeed, topic: str, partition: int, start: int,
-                 end: int, *, loop: asyncio.AbstractEventLoop, stall_s: float) -> None:
+    def __init__(self, source: SourceFeed) -> None:
         kwargs, _ = consumer_kwargs(source.client)
-        self._kwargs = kwargs
+        self.kwargs = kwargs
+        self._client: AIOKafkaClient | None = None
+        self._raw: RawBatches | None = None
+        self._topics: set[str] = set()
+
+    async def raw(self, topic: str) -> RawBatches:
+        """The raw batches of the open client (opened on first use), knowing `topic`."""
+        if self._client is None:
+            client = AIOKafkaClient(**client_kwargs(self.kwargs))  # the running loop
+            try:
+                await client.bootstrap()
+            except BaseException:
+                await client.close()
+                raise
+            self._client, self._raw = client, RawBatches(client)
+        if topic not in self._topics:
+            self._topics.add(topic)
+            self._client.set_topics(sorted(self._topics))
+        assert self._raw is not None
+        return self._raw
+
+    def refresh(self) -> None:
+        if self._client is not None:
+            self._client.force_metadata_update()
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            client, self._client = self._client, None
+            await client.close()
+
+
+class RangeReader:
+    """Records [start, end) of one source partition, fetched over `client` on the running
+    loop, one routed fetch answer at a time (`routes`)."""
+
+    def __init__(self, source: SourceFeed, client: FeedClient, topic: str, partition: int,
+                 start: int, end: int, *, stall_s: float) -> None:
+        self._client = client
+        kwargs = client.kwargs
         self.read_committed = kwargs.get("isolation_level") == "read_committed"
         self._partition_bytes = int(kwargs.get("max_partition_fetch_bytes",
                                                PARTITION_FETCH_BYTES))
@@ -74,23 +113,17 @@ class RangeReader:
         #: Where reading continues; the range is read once it reaches `end`.
         self.position = start
         self.end = end
-        self._loop = loop
         self._stall_s = stall_s
-        self._client: AIOKafkaClient | None = None
-        self._raw: RawBatches | None = None
         self._pending: asyncio.Task[FetchedPartition | BaseException] | None = None
 
-    def routes(self) -> Iterator[FetchRoute]:
+    async def routes(self) -> AsyncGenerator[FetchRoute, None]:
         """Each fetch answer's batches, routed, in offset order, until the range's end."""
-        run = self._loop.run_until_complete
-        if self._client is None:
-            run(self._open())
         last_progress = time.monotonic()
         if self._pending is None and self.position < self.end:
-            self._pending = run(self._sent(self.position))
+            self._pending = await self._sent(self.position)
         while self.position < self.end:
             assert self._pending is not None
-            answer = run(self._pending)
+            answer = await self._pending
             self._pending = None
             routed = None
             if isinstance(answer, FetchedPartition) and not answer.error_code:
@@ -104,7 +137,7 @@ class RangeReader:
                 self.position = routed.next_offset
                 last_progress = time.monotonic()
                 if self.position < self.end:  # the next fetch travels meanwhile
-                    self._pending = run(self._sent(self.position))
+                    self._pending = await self._sent(self.position)
                 yield routed
                 continue
             if time.monotonic() - last_progress > self._stall_s:
@@ -114,27 +147,14 @@ class RangeReader:
                     f"{self.position} for {self._stall_s:.0f}s although the log reaches "
                     f"{self.end}{why}")
             if routed is None:
-                assert self._client is not None
-                self._client.force_metadata_update()
-                run(asyncio.sleep(RETRY_S))
-            self._pending = run(self._sent(self.position))
-
-    async def aclose(self) -> None:
-        if self._client is not None:
-            client, self._client = self._client, None
-            await client.close()
-
-    async def _open(self) -> None:
-        client = AIOKafkaClient(**client_kwargs(self._kwargs))  # takes the running loop
-        self._client = client
-        await client.bootstrap()
-        client.set_topics([self.topic])
-        self._raw = RawBatches(client)
+                self._client.refresh()
+                await asyncio.sleep(RETRY_S)
+            self._pending = await self._sent(self.position)
 
     async def _fetch(self, at: int) -> FetchedPartition | BaseException:
-        assert self._raw is not None
         try:
-            answer = await self._raw.fetch(
+            raw = await self._client.raw(self.topic)
+            answer = await raw.fetch(
                 {self._tp: at}, max_wait_ms=FETCH_WAIT_MS,
                 partition_max_bytes=self._partition_bytes,
                 isolation_level=READ_COMMITTED if self.read_committed else READ_UNCOMMITTED)

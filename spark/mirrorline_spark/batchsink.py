@@ -348,17 +348,23 @@ class BatchWriter:
             await target.client.close()
 
     async def _connected(self) -> _Target:
-        if self._target is None:
-            java = self._sink.client
-            kwargs, _ = producer_kwargs(java)
-            client = AIOKafkaClient(**client_kwargs(kwargs))
+        """The task's one client and producer of the target (its ranges share them)."""
+        return self._target or await self._connect()
+
+    async def _connect(self) -> _Target:
+        java = self._sink.client
+        kwargs, _ = producer_kwargs(java)
+        client = AIOKafkaClient(**client_kwargs(kwargs))
+        try:
             await client.bootstrap()
             raw = RawBatches(client)
             producer_id, epoch = await _producer_id(raw, java, kwargs)
-            codec = _CODECS[str(kwargs.get("compression_type") or "none")]
-            self._target = _Target(client, raw, producer_id, epoch, codec,
-                                   int(kwargs.get("max_request_size",
-                                                  DEFAULT_MAX_REQUEST_SIZE)))
+        except BaseException:
+            await client.close()
+            raise
+        codec = _CODECS[str(kwargs.get("compression_type") or "none")]
+        self._target = _Target(client, raw, producer_id, epoch, codec,
+                               int(kwargs.get("max_request_size", DEFAULT_MAX_REQUEST_SIZE)))
         return self._target
 
     async def _lane(self, topic: str, partition: int) -> _Lane:

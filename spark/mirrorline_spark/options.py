@@ -135,6 +135,10 @@ class SourceOptions:
     drain_file: str | None
     #: "records" (a row per record, the default) or "chunks" (see records.CHUNK_SCHEMA_DDL).
     layout: str = "records"
+    #: Option `readTasks`: into how many read tasks at most a micro-batch groups each
+    #: feed's batch-path ranges (the executor's driver gives Spark's default parallelism;
+    #: `source.group_ranges`). None: a task per range.
+    read_tasks: int | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -154,9 +158,14 @@ class SourceOptions:
         if layout == "records" and len(feeds) > 1:
             raise ValueError("layout 'records' carries no feed: a query of several feeds "
                              "needs layout 'chunks'")
+        tasks = options.get("readTasks")
+        if tasks is not None and (not tasks.isdigit() or int(tasks) < 1):
+            raise ValueError(f"option 'readTasks' must be a whole number of at least 1, "
+                             f"not {tasks!r}")
         return cls(feeds=feeds,
                    max_records=int(options.get("maxRecordsPerPartition", DEFAULT_MAX_RECORDS)),
-                   drain_file=options.get("drainFile"), layout=layout)
+                   drain_file=options.get("drainFile"), layout=layout,
+                   read_tasks=int(tasks) if tasks is not None else None)
 
     @property
     def starts(self) -> dict[SourceKey, int]:

@@ -5,9 +5,11 @@ offsets, from one or several source clusters (the query's *feeds*, see
 `mirrorline_spark.options`). A micro-batch's offsets are the partitions' source offsets:
 `{"<feed>:<partition>:<topic>": next offset}`. Ends come from the high watermarks in
 fetch responses (`mirrorline_spark.probe`). Each micro-batch reads one Spark partition
-per Kafka partition and yields Arrow record batches: records read with librdkafka, or, in
-the executor's `chunks` layout wherever the batch path applies, the acknowledgements of a
-read task that copied its range itself (`mirrorline_spark.copytask`).
+per Kafka partition and yields Arrow record batches of records read with librdkafka; in
+the executor's `chunks` layout wherever the batch path applies, a Spark partition is
+instead a group of a feed's ranges (`group_ranges`, at most option `readTasks` per feed)
+whose read task copies them itself and yields their acknowledgements
+(`mirrorline_spark.copytask`).
 
 The start offsets are given by whoever starts the query (the executor reads them from
 durable progress); Spark's checkpoint is only a cache of them.
@@ -65,6 +67,31 @@ class KafkaRange(InputPartition):
     end: int
 
 
+@dataclass(frozen=True)
+class KafkaRanges(InputPartition):
+    """Ranges of one feed that one read task copies together (the batch path)."""
+
+    feed: int
+    #: (topic, partition, start, end) each.
+    ranges: tuple[tuple[str, int, int, int], ...]
+
+
+def group_ranges(ranges: Sequence[KafkaRange], tasks: int) -> list[KafkaRanges]:
+    """`ranges` (all of one feed) in at most `tasks` groups of about as many records each:
+    the largest range first, each into the group holding fewest records so far. Within a
+    group the ranges keep their (topic, partition) order."""
+    groups: list[list[KafkaRange]] = [[] for _ in range(min(tasks, len(ranges)))]
+    sizes = [0] * len(groups)
+    for r in sorted(ranges, key=lambda r: (-(r.end - r.start), r.topic, r.partition)):
+        least = sizes.index(min(sizes))
+        groups[least].append(r)
+        sizes[least] += r.end - r.start
+    return [KafkaRanges(group[0].feed, tuple(
+                (r.topic, r.partition, r.start, r.end)
+                for r in sorted(group, key=lambda r: (r.topic, r.partition))))
+            for group in groups if group]
+
+
 class KafkaDataSource(DataSource):
     """`format("mirrorline-kafka")`: the source (readStream)."""
 
@@ -113,23 +140,37 @@ class KafkaStreamReader(DataSourceStreamReader):
             high.update({(feed, t, p): o for (t, p), o in probe.ends(wanted).items()})
         return high
 
-    def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[KafkaRange]:
+    def partitions(self, start: dict[str, int], end: dict[str, int]
+                   ) -> Sequence[KafkaRange | KafkaRanges]:
         ranges = []
         for key, stop in sorted(end.items()):
             feed, topic, partition = parse_offset_key(key)
             first = int(start.get(key, stop))
             if first < int(stop):
                 ranges.append(KafkaRange(feed, topic, partition, first, int(stop)))
-        return ranges
+        by_feed: dict[int, list[KafkaRange]] = {}
+        for r in ranges:
+            by_feed.setdefault(r.feed, []).append(r)
+        planned: list[KafkaRange | KafkaRanges] = []
+        for index, mine in sorted(by_feed.items()):
+            if self._copies(index):
+                planned.extend(group_ranges(mine, self.options.read_tasks or len(mine)))
+            else:
+                planned.extend(mine)
+        return planned
+
+    def _copies(self, feed: int) -> bool:
+        """Whether the feed's read tasks copy what they read (the batch path)."""
+        return self.options.layout == "chunks" and self.options.feeds[feed].batch_path != "off"
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if isinstance(partition, KafkaRanges):
+            from mirrorline_spark.copytask import copy_ranges
+
+            return copy_ranges(self.options.feeds[partition.feed], partition.feed,
+                               partition.ranges, stall_s=STALL_S)
         assert isinstance(partition, KafkaRange)
         feed = self.options.feeds[partition.feed]
-        if self.options.layout == "chunks" and feed.batch_path != "off":
-            from mirrorline_spark.copytask import copy_range
-
-            return copy_range(feed, partition.feed, partition.topic, partition.partition,
-                              partition.start, partition.end, stall_s=STALL_S)
         batches = read_range(feed.kafka, partition)
         if self.options.layout == "chunks":
             return (to_chunk(b, partition.feed, partition.topic, partition.partition,

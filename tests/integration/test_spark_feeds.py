@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 
 def _micro_batch(options: dict[str, str]) -> list[list[pa.RecordBatch]]:
-    """Plan one micro-batch and read each of its Spark partitions (one per Kafka one)."""
+    """Plan one micro-batch and read each of its Spark partitions."""
     reader = KafkaStreamReader(SourceOptions.parse(options))
     try:
         start = reader.initialOffset()
@@ -65,13 +65,16 @@ async def test_one_query_copies_two_flows_between_two_clusters_in_both_direction
     # The sink's feed i writes to the cluster the source's feed i does not read.
     targets = [{**feeds[0], "kafka": {"bootstrap.servers": backup.bootstrap}},
                {**feeds[1], "kafka": {"bootstrap.servers": primary.bootstrap}}]
+    # One read task per feed at most (as on a Spark of one core): on the batch path p->b's
+    # two partitions are copied by one task, one after the other.
     source = {"feeds": json.dumps([{k: f[k] for k in ("kafka", "partitions", "batchPath")}
                                    | {"target": t} for f, t in zip(feeds, targets, strict=True)]),
-              "layout": "chunks"}
+              "layout": "chunks", "readTasks": "1"}
     sink = SinkOptions.parse({"feeds": json.dumps(targets)})
 
     tasks = await asyncio.to_thread(_micro_batch, source)
-    assert len(tasks) == 3  # one Spark partition per Kafka partition, of both feeds
+    # The record path reads a Spark partition per Kafka partition, of both feeds.
+    assert len(tasks) == (3 if batch_path == "off" else 2)
     # On the batch path the read tasks copy: their rows carry acknowledgements, no record.
     kinds = {p for chunks in tasks for c in chunks for p in c.column("path").to_pylist()}
     assert kinds == ({"records"} if batch_path == "off" else {"acks"})
@@ -111,3 +114,39 @@ async def test_one_query_copies_two_flows_between_two_clusters_in_both_direction
                                                              partition)]
     assert parse_header((await raw_batches(backup.bootstrap, f"p.{topic}", 1))[0]).codec \
         == "lz4"
+
+
+async def test_a_task_of_several_ranges_stops_only_the_partition_whose_record_is_refused(
+        primary: LocalBroker, backup: LocalBroker) -> None:
+    """One read task copies three ranges one after another; the target refuses a record
+    of the first (larger than its topic takes): that partition stops there, the records
+    before it acknowledged, and the task's other two ranges are still copied whole."""
+    from mirrorline_spark.copytask import copy_ranges
+
+    topic = f"group{secrets.token_hex(3)}"
+    await create_topic(primary.bootstrap, topic, 3)
+    await create_topic(backup.bootstrap, f"p.{topic}", 3, {"max.message.bytes": "2000"})
+    await produce(primary.bootstrap, topic, [
+        Record((b"x" * 5000) if i == 4 else f"v{i}".encode(), partition=i % 3)
+        for i in range(12)])  # partition 1: v1, x (offset 1), v7, v10
+    target = {"kafka": {"bootstrap.servers": backup.bootstrap}, "flow": "p->b",
+              "topics": {topic: f"p.{topic}"}}
+    options = SourceOptions.parse({"feeds": json.dumps([{
+        "kafka": {"bootstrap.servers": primary.bootstrap}, "batchPath": "on",
+        "partitions": [[topic, p, 0] for p in range(3)], "target": target}]),
+        "layout": "chunks"})
+
+    def copy() -> list[pa.RecordBatch]:
+        ranges = [(topic, 1, 0, 4), (topic, 0, 0, 4), (topic, 2, 0, 4)]
+        return list(copy_ranges(options.feeds[0], 0, ranges, stall_s=30))
+    rows = await asyncio.to_thread(copy)
+    acks = {a.partition: a for a in await asyncio.to_thread(
+        write_batches, SinkOptions.parse({"feeds": json.dumps([target])}), iter(rows))}
+    assert acks[1].error is not None and "offset 1" in acks[1].error, acks[1].error
+    assert acks[1].error.startswith("target rejected the record"), acks[1].error
+    assert acks[1].runs == [(0, 1, 0)]
+    assert [(acks[p].error, acks[p].runs) for p in (0, 2)] == [(None, [(0, 4, 0)])] * 2
+    landed = await consume_all(backup.bootstrap, f"p.{topic}", expected=9, timeout=30)
+    assert [r.value for r in landed[1]] == [b"v1"]
+    assert [r.value for r in landed[0]] == [f"v{i}".encode() for i in (0, 3, 6, 9)]
+    assert [r.value for r in landed[2]] == [f"v{i}".encode() for i in (2, 5, 8, 11)]

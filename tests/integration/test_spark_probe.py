@@ -114,7 +114,7 @@ async def test_an_open_transaction_ends_what_a_committed_read_can_plan(
     (the workers' and the Java client's default), the open transaction's records are
     readable and the end is the high watermark."""
     from confluent_kafka import Producer
-    from mirrorline_spark.batchread import RangeReader, run_down
+    from mirrorline_spark.batchread import FeedClient, RangeReader, run_down
     from mirrorline_spark.options import SourceFeed
     from mirrorline_spark.source import KafkaRange, read_range
 
@@ -145,13 +145,17 @@ async def test_an_open_transaction_ends_what_a_committed_read_can_plan(
 
         def read_raw(stop: int) -> int:
             loop = asyncio.new_event_loop()
-            reader = RangeReader(feed, topic, 0, 0, stop, loop=loop, stall_s=30.0)
+            client = FeedClient(feed)
+            reader = RangeReader(feed, client, topic, 0, 0, stop, stall_s=30.0)
+
+            async def count() -> int:
+                return sum([len(r.records) if r.records is not None
+                            else r.batch.header.record_count  # type: ignore[union-attr]
+                            async for routed in reader.routes() for r in routed.batches])
             try:
-                return sum(len(r.records) if r.records is not None
-                           else r.batch.header.record_count  # type: ignore[union-attr]
-                           for routed in reader.routes() for r in routed.batches)
+                return loop.run_until_complete(count())
             finally:
-                run_down(loop, reader.aclose)
+                run_down(loop, client.aclose)
         assert await asyncio.to_thread(read_raw, end) == end
         await asyncio.to_thread(txn.commit_transaction, 30)
 

@@ -66,3 +66,38 @@ def test_each_flow_copies_on_the_path_its_own_key_says() -> None:
                "layout": "chunks"}
     assert [f.batch_path for f in SourceOptions.parse(options).feeds] == ["auto", "off"]
     assert [f.batch_path for f in SinkOptions.parse(options).feeds] == ["auto", "off"]
+
+
+def test_a_micro_batch_groups_each_feeds_copying_ranges_into_at_most_read_tasks() -> None:
+    """Batch-path feeds: at most `readTasks` read tasks per feed, of about as many records
+    each, every range in exactly one; a record-path feed reads a task per range."""
+    from mirrorline_spark.source import KafkaRange, KafkaRanges, KafkaStreamReader
+
+    feeds = [_feed(1) | {"partitions": [["t", p, 0] for p in range(5)]},
+             _feed(2) | {"partitions": [["t", p, 0] for p in range(3)], "batchPath": "off"},
+             _feed(3) | {"partitions": [["u", 0, 0]]}]
+    reader = KafkaStreamReader(SourceOptions.parse(
+        {"feeds": json.dumps(feeds), "layout": "chunks", "readTasks": "2"}))
+    start = reader.initialOffset()
+    sizes = {0: 100, 1: 10, 2: 40, 3: 50, 4: 0}  # partition 4 has nothing to copy
+    end = {k: start[k] + sizes.get(int(k.split(":")[1]), 0) for k in start}
+    planned = reader.partitions(start, end)
+    groups = [p for p in planned if isinstance(p, KafkaRanges)]
+    assert [(g.feed, [(t, p, e - s) for t, p, s, e in g.ranges]) for g in groups] == [
+        (0, [("t", 0, 100)]), (0, [("t", 1, 10), ("t", 2, 40), ("t", 3, 50)]),
+        (2, [("u", 0, 100)])]
+    singles = [p for p in planned if isinstance(p, KafkaRange)]
+    assert [(r.feed, r.partition) for r in singles] == [(1, 0), (1, 1), (1, 2)]
+    # Without readTasks, a task per range, as Spark's own sources plan.
+    reader = KafkaStreamReader(SourceOptions.parse(
+        {"feeds": json.dumps(feeds), "layout": "chunks"}))
+    assert sum(1 for p in reader.partitions(start, end) if isinstance(p, KafkaRanges)) == 5
+    reader.stop()
+
+
+@pytest.mark.parametrize("tasks", ["0", "two", "-1"])
+def test_read_tasks_must_be_a_positive_whole_number(tasks: str) -> None:
+    with pytest.raises(ValueError, match=f"option 'readTasks' must be a whole number of at "
+                                         f"least 1, not '{tasks}'"):
+        SourceOptions.parse({"feeds": json.dumps([_feed(1)]), "layout": "chunks",
+                             "readTasks": tasks})

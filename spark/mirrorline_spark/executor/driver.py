@@ -135,7 +135,10 @@ class SparkDriver:
             from mirrorline_spark.sink import micro_batch_commit
 
             reader = self._spark.readStream.format(FORMAT)
-            for key, value in source.items():
+            # As many copying tasks per feed as Spark runs at once: a task per Kafka
+            # partition would pay a task's fixed costs for each (copytask.py).
+            tasks = {"readTasks": str(self._spark.sparkContext.defaultParallelism)}
+            for key, value in {**tasks, **source}.items():
                 reader = reader.option(key, value)
             writer = reader.load().writeStream.foreachBatch(micro_batch_commit(sink, commit)) \
                 .queryName(name)
