@@ -6,11 +6,10 @@ the replicator's batch path) over one aiokafka client of the feed's source clust
 (`FeedClient`), shared by the task's ranges, on an event loop of the task's own (a Spark
 Python worker is no event-loop service: it blocks on the loop, and whatever else runs on
 that loop -- the task's produce requests, `mirrorline_spark.copytask` -- goes on
-meanwhile). A range's next fetch is on the wire
-while its last answer is handled. Each fetched batch goes where
-`mirrorline.kafka.fetchroute.route_fetch` sends it, as on a replicator worker: copied as
-it is, left out (control batches, emptied ones, aborted transactions under
-read_committed), or decoded for the record path.
+meanwhile). A range's next fetch is on the wire while its last answer is handled. Each
+fetched batch goes where `mirrorline.kafka.fetchroute.route_fetch` sends it, as on a
+replicator worker: copied as it is, left out (control batches, emptied ones, aborted
+transactions under read_committed), or decoded for the record path.
 
 Ranges stay those of the micro-batch: a batch that runs past the range's end yields only
 its records before the end (as records), and the next micro-batch resumes inside it.

@@ -41,13 +41,10 @@ from mirrorline.kafka.fetchroute import Routed
 from mirrorline.runtime import tune_kafka_io
 from mirrorline_spark.batchread import FeedClient, RangeReader, run_down
 from mirrorline_spark.batchsink import BatchWriter, Rec
-from mirrorline_spark.options import SourceFeed
+from mirrorline_spark.options import Range, SourceFeed
 from mirrorline_spark.records import acks_row
 
 __all__ = ["copy_ranges"]
-
-#: A range of a source partition to copy: (topic, partition, start, end).
-Range = tuple[str, int, int, int]
 
 
 def copy_ranges(source: SourceFeed, feed: int, ranges: Sequence[Range], *,

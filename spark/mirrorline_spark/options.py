@@ -19,6 +19,8 @@ DEFAULT_MAX_RECORDS = 200_000
 
 #: (feed, topic, partition): a source partition of a query.
 SourceKey = tuple[int, str, int]
+#: (topic, partition, start, end): records [start, end) of a source partition to copy.
+Range = tuple[str, int, int, int]
 
 
 def _json(options: Mapping[str, str], key: str, default: Any = None) -> Any:

@@ -34,6 +34,7 @@ from pyspark.sql.types import StructType
 
 from mirrorline_spark import FORMAT
 from mirrorline_spark.options import (
+    Range,
     SourceKey,
     SourceOptions,
     offset_key,
@@ -72,8 +73,7 @@ class KafkaRanges(InputPartition):
     """Ranges of one feed that one read task copies together (the batch path)."""
 
     feed: int
-    #: (topic, partition, start, end) each.
-    ranges: tuple[tuple[str, int, int, int], ...]
+    ranges: tuple[Range, ...]
 
 
 def group_ranges(ranges: Sequence[KafkaRange], tasks: int) -> list[KafkaRanges]:
@@ -142,15 +142,13 @@ class KafkaStreamReader(DataSourceStreamReader):
 
     def partitions(self, start: dict[str, int], end: dict[str, int]
                    ) -> Sequence[KafkaRange | KafkaRanges]:
-        ranges = []
+        by_feed: dict[int, list[KafkaRange]] = {}
         for key, stop in sorted(end.items()):
             feed, topic, partition = parse_offset_key(key)
             first = int(start.get(key, stop))
             if first < int(stop):
-                ranges.append(KafkaRange(feed, topic, partition, first, int(stop)))
-        by_feed: dict[int, list[KafkaRange]] = {}
-        for r in ranges:
-            by_feed.setdefault(r.feed, []).append(r)
+                by_feed.setdefault(feed, []).append(
+                    KafkaRange(feed, topic, partition, first, int(stop)))
         planned: list[KafkaRange | KafkaRanges] = []
         for index, mine in sorted(by_feed.items()):
             if self._copies(index):
